@@ -1,0 +1,84 @@
+/*
+ * commands: the Redis 7.0 command table.
+ *
+ * One row per command that can write a key (and the few the proxy must know
+ * about for other reasons: scripts, blocking commands, commands it cannot
+ * judge). For each key a command touches, the table says what the write does
+ * to that key's TTL. The classes were checked against a real redis-server
+ * 7.0.15, by experiment, not only by reading the docs: tests/unit/test_commands.c
+ * and tests/integration/test_command_table.py keep it honest.
+ */
+#ifndef TTLG_COMMANDS_H
+#define TTLG_COMMANDS_H
+
+#include <stdio.h>
+#include "util.h"
+
+/* What a write does to one key's TTL. */
+enum ttl_effect {
+    TE_NONE = 0,    /* reads, deletes, pops, or modifies only an existing key keeping its TTL */
+    TE_CREATE,      /* may create the key without a TTL; an existing TTL is kept (INCR, HSET, SADD,
+                       APPEND, LPUSH, SETNX, SET ... NX, SET ... KEEPTTL, SMOVE/LMOVE destination) */
+    TE_OVERWRITE,   /* may create the key without a TTL and drops (or replaces) an existing TTL
+                       (SET, GETSET, MSET, *STORE destinations, BITOP, COPY ... REPLACE, RENAME target) */
+    TE_PERSIST,     /* removes the TTL explicitly (PERSIST, GETEX ... PERSIST) */
+    TE_SETS_TTL,    /* sets an explicit TTL (SET ... EX, SETEX, GETEX ... EX, EXPIRE family, RESTORE ttl>0) */
+};
+
+/* How the TTL argument of a TE_SETS_TTL key is expressed. */
+enum ttl_unit {
+    TTL_SEC,        /* relative seconds (EX, SETEX, EXPIRE) */
+    TTL_MS,         /* relative milliseconds (PX, PSETEX, PEXPIRE, RESTORE without ABSTTL) */
+    TTL_UNIX_SEC,   /* absolute unix seconds (EXAT, EXPIREAT) */
+    TTL_UNIX_MS,    /* absolute unix milliseconds (PXAT, PEXPIREAT, RESTORE ... ABSTTL) */
+};
+
+/* Command flags. */
+#define CMD_WRITE       (1u << 0)   /* the server flags it `write` */
+#define CMD_BLOCKING    (1u << 1)   /* may block the client: must not be run inside a script */
+#define CMD_SCRIPT      (1u << 2)   /* EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO:
+                                       keys are declared, writes happen out of the proxy's sight */
+#define CMD_UNVERIFIED  (1u << 3)   /* the proxy cannot judge it (SWAPDB, MIGRATE, ...): pass and record */
+#define CMD_EXPIRE      (1u << 4)   /* EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: subject to refresh = bound;
+                                       the NX/XX/GT/LT flag, if any, is the argument after the TTL */
+#define CMD_NOSCRIPT    (1u << 5)   /* not allowed inside a Lua script */
+
+/* One key a command writes, as found in a concrete argv. */
+struct key_ref {
+    int argi;                   /* index of the key in argv */
+    unsigned char effect;       /* enum ttl_effect, never TE_NONE in command_keys() output */
+    unsigned char ttl_unit;     /* enum ttl_unit, for TE_SETS_TTL */
+    int ttl_argi;               /* for TE_SETS_TTL: argv index of the TTL value; -1 otherwise */
+};
+
+struct command;     /* opaque row of the table */
+
+/* Look up argv[0] (case-insensitive, binary safe). NULL when the command is
+ * not in the table: the proxy treats such a command as one it cannot judge
+ * only when it is not a known read-only command (see command_is_known()). */
+const struct command *command_lookup(const char *name, size_t len);
+
+/* 1 when name is a command redis-server 7.0.15 knows (read or write). */
+int command_is_known(const char *name, size_t len);
+
+const char *command_name(const struct command *c);     /* lowercase, e.g. "set" */
+unsigned command_flags(const struct command *c);
+
+/* 1 when argc fits the command's arity (N exact, -N at least N). */
+int command_arity_ok(const struct command *c, int argc);
+
+/* The keys argv writes, with their effects: only keys whose effect is not
+ * TE_NONE. out must have room for argc entries. Returns the number of keys,
+ * or -1 when the arguments are malformed in a way redis-server refuses
+ * (wrong arity, bad option, bad numkeys): the proxy then forwards the command
+ * unchanged and lets Redis answer the error. For CMD_SCRIPT commands the keys
+ * are the declared ones (numkeys), each with effect TE_OVERWRITE. */
+int command_keys(const struct command *c, int argc, const struct slice *argv, struct key_ref *out);
+
+/* Print the table for `ttlguard commands`: one line per command with its flags
+ * and, per key role, the TTL effect. */
+void commands_print(FILE *out);
+
+const char *ttl_effect_name(enum ttl_effect e);  /* "none", "create", "overwrite", "persist", "sets-ttl" */
+
+#endif

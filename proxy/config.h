@@ -1,0 +1,52 @@
+/*
+ * config: the INI file (inih) turned into one immutable, validated struct.
+ *
+ * Errors carry "FILE:LINE: what is wrong". A config is never edited after
+ * config_load() returns: a reload builds a new one and swaps the pointer.
+ */
+#ifndef TTLG_CONFIG_H
+#define TTLG_CONFIG_H
+
+#include <stddef.h>
+#include "rules.h"
+
+enum log_keys {
+    LOG_KEYS_FULL,      /* key names as they are */
+    LOG_KEYS_HASH,      /* hex of a keyed hash of the key */
+    LOG_KEYS_PREFIX,    /* only the matched rule prefix */
+};
+
+struct config {
+    char *path;                     /* file it was read from; NULL for built-in defaults */
+
+    /* [proxy] */
+    char *listen;                   /* "127.0.0.1:6380" */
+    char *backend;                  /* "127.0.0.1:6379" */
+    char *backend_username;         /* NULL when unset */
+    char *backend_password;         /* NULL when unset */
+    int max_clients;                /* 10000 */
+    unsigned client_idle_timeout;   /* seconds; 0 = off */
+    size_t max_buffer;              /* bytes per direction per session; 4 MiB */
+    unsigned connect_timeout;       /* ms for a backend connect; 3000 */
+    char *events;                   /* NULL = off, "stderr", or a file path */
+    char *admin;                    /* NULL = off, else "host:port" */
+    enum log_keys log_keys;         /* full */
+    unsigned event_window;          /* seconds repeats are folded; 10 */
+
+    /* [default], [ttl "P"], [durable "P"] */
+    struct ruleset rules;
+};
+
+/* Fill *cfg with the built-in defaults (no file). */
+void config_defaults(struct config *cfg);
+
+/* Read path into *cfg. On error returns -1 with "path:line: reason" in err
+ * and leaves *cfg freed (nothing to release). */
+int config_load(const char *path, struct config *cfg, char *err, size_t errlen);
+
+void config_free(struct config *cfg);
+
+/* Parse a byte size as written in the file: "4096", "64kb", "4mb", "1gb". */
+int config_parse_bytes(const char *text, size_t *out);
+
+#endif

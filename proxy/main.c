@@ -1,0 +1,113 @@
+/*
+ * ttlguard: a transparent Redis proxy that keeps keys from losing their TTL.
+ *
+ * main: the command line. Subcommands share the config file:
+ *   ttlguard [--config FILE] [--listen ADDR] [--backend ADDR]   run the proxy
+ *   ttlguard --check-config --config FILE                       validate and exit
+ *   ttlguard commands                                           print the command table
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "config.h"
+#include "server.h"
+#include "util.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+"Usage: ttlguard [OPTIONS]\n"
+"       ttlguard commands\n"
+"\n"
+"A transparent Redis (RESP) proxy that enforces TTL rules on key prefixes.\n"
+"Point clients at the listen address instead of Redis.\n"
+"\n"
+"Options:\n"
+"  -c, --config FILE     read the INI config FILE (see config/ttlguard.ini);\n"
+"                        without it the built-in defaults apply\n"
+"  -l, --listen ADDR     listen on ADDR (host:port or unix:/path), overrides [proxy] listen\n"
+"  -b, --backend ADDR    Redis to forward to (host:port or unix:/path), overrides [proxy] backend\n"
+"      --check-config    validate the config and exit: 0 when valid, 1 with the reason\n"
+"  -v, --verbose         debug logging (debug builds only)\n"
+"  -h, --help            show this help and exit\n"
+"  -V, --version         show the version and exit\n"
+"\n"
+"Subcommands:\n"
+"  commands              print how each Redis command is classified (keys, TTL effects)\n"
+"\n"
+"Signals: SIGTERM/SIGINT stop accepting, let owed replies drain (5 s at most), exit 0.\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "config",       required_argument, NULL, 'c' },
+        { "listen",       required_argument, NULL, 'l' },
+        { "backend",      required_argument, NULL, 'b' },
+        { "check-config", no_argument,       NULL, 'k' },
+        { "verbose",      no_argument,       NULL, 'v' },
+        { "help",         no_argument,       NULL, 'h' },
+        { "version",      no_argument,       NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *config_path = NULL, *listen = NULL, *backend = NULL;
+    int check = 0, c;
+
+    if (argc > 1 && strcmp(argv[1], "commands") == 0) {
+        commands_print(stdout);
+        return 0;
+    }
+
+    while ((c = getopt_long(argc, argv, "c:l:b:vhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': config_path = optarg; break;
+        case 'l': listen = optarg; break;
+        case 'b': backend = optarg; break;
+        case 'k': check = 1; break;
+        case 'v': log_threshold = LOG_DEBUG; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("ttlguard %s\n", TTLG_VERSION); return 0;
+        default:  usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ttlguard: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+
+    struct config *cfg = xcalloc(1, sizeof *cfg);
+    char err[1024];
+    if (config_path != NULL) {
+        if (config_load(config_path, cfg, err, sizeof err) != 0) {
+            fprintf(stderr, "ttlguard: %s\n", err);
+            free(cfg);
+            return 1;
+        }
+    } else {
+        config_defaults(cfg);
+    }
+
+    struct addr a;
+    if ((listen && addr_parse(listen, &a, err, sizeof err) != 0) ||
+        (backend && addr_parse(backend, &a, err, sizeof err) != 0)) {
+        fprintf(stderr, "ttlguard: %s\n", err);
+        config_free(cfg);
+        free(cfg);
+        return 1;
+    }
+    if (check) {
+        printf("%s: OK (%zu rules)\n", config_path ? config_path : "(defaults)", cfg->rules.n);
+        config_free(cfg);
+        free(cfg);
+        return 0;
+    }
+
+    int rc = server_run(cfg, listen, backend);
+    config_free(cfg);
+    free(cfg);
+    return rc;
+}

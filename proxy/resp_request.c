@@ -1,0 +1,432 @@
+/*
+ * resp_request: the request framer (see resp_request.h).
+ *
+ * Coordinates. Everything is an offset into the caller's buffer. hiredis keeps
+ * its own copy of the bytes we feed it: a contiguous suffix of buf[0..fed).
+ * When a callback hands us a pointer p into hiredis's buffer, the byte lies
+ * at buffer offset  fed - r->len + (p - r->buf).  After a request completes,
+ * hiredis may still hold the first bytes of the next one (leftover =
+ * r->len - r->pos), i.e. buf[fed - leftover .. fed).
+ *
+ * hiredis is a reply parser: it accepts + - : as element types and is lenient
+ * about numbers. Redis is not, so the framer checks what Redis checks itself:
+ * the multibulk header line before hiredis sees it, element types and nil
+ * bulks in the callbacks, and the pending bulk header whenever hiredis waits
+ * for a payload (so a $600000000 is refused at once, not after 512 MB).
+ */
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/read.h>
+
+#include "resp_request.h"
+
+struct req_framer {
+    redisReader *r;         /* created on first use, dropped by req_framer_release() */
+    int busy;               /* hiredis holds a partial request starting at `start` */
+    size_t start;           /* offset of the request hiredis is framing */
+    size_t fed;             /* hiredis has been fed buf[..fed) (its buffer is a suffix of it) */
+
+    /* Arguments of the request being framed, as offsets into buf. */
+    size_t *off;
+    size_t *len;
+    int argc;
+    int argcap;
+    struct slice *argv;     /* filled from off/len when a request completes */
+    int argvcap;
+
+    char *scratch;          /* unescaped inline arguments */
+    size_t scratchcap;
+
+    const char *cb_err;     /* protocol error detected in a callback (static string) */
+    char err[160];
+};
+
+/* hiredis needs a non-NULL object per element; we build none. */
+static char dummy_obj;
+
+static void *cb_fail(struct req_framer *f, const char *msg)
+{
+    f->cb_err = msg;
+    return NULL;    /* hiredis turns NULL into an error and stops */
+}
+
+static void *cb_string(const redisReadTask *task, char *str, size_t len)
+{
+    struct req_framer *f = task->privdata;
+    redisReader *r = f->r;
+
+    if (task->type == REDIS_REPLY_STATUS)
+        return cb_fail(f, "Protocol error: expected '$', got '+'");
+    if (task->type == REDIS_REPLY_ERROR)
+        return cb_fail(f, "Protocol error: expected '$', got '-'");
+    if (task->parent == NULL)    /* cannot happen: we only feed from a '*' */
+        return cb_fail(f, "Protocol error: expected '*'");
+
+    if (f->argc == f->argcap) {
+        f->argcap = f->argcap ? f->argcap * 2 : 16;
+        f->off = xrealloc(f->off, sizeof *f->off * (size_t)f->argcap);
+        f->len = xrealloc(f->len, sizeof *f->len * (size_t)f->argcap);
+    }
+    f->off[f->argc] = f->fed - r->len + (size_t)(str - r->buf);
+    f->len[f->argc] = len;
+    f->argc++;
+    return &dummy_obj;
+}
+
+static void *cb_array(const redisReadTask *task, int elements)
+{
+    struct req_framer *f = task->privdata;
+    if (task->parent != NULL)
+        return cb_fail(f, "Protocol error: expected '$', got '*'");
+    return &dummy_obj;      /* top level: header already validated */
+}
+
+static void *cb_integer(const redisReadTask *task, long long value)
+{
+    return cb_fail(task->privdata, "Protocol error: expected '$', got ':'");
+}
+
+static void *cb_nil(const redisReadTask *task)
+{
+    return cb_fail(task->privdata, "Protocol error: invalid bulk length");
+}
+
+static void cb_free(void *obj)
+{
+}
+
+static redisReplyObjectFunctions req_functions = {
+    cb_string, cb_array, cb_integer, cb_nil, cb_free,
+};
+
+struct req_framer *req_framer_new(void)
+{
+    return xcalloc(1, sizeof(struct req_framer));
+}
+
+static void reader_drop(struct req_framer *f)
+{
+    if (f->r != NULL) {
+        redisReaderFree(f->r);
+        f->r = NULL;
+    }
+}
+
+void req_framer_free(struct req_framer *f)
+{
+    if (f == NULL)
+        return;
+    reader_drop(f);
+    free(f->off);
+    free(f->len);
+    free(f->argv);
+    free(f->scratch);
+    free(f);
+}
+
+int req_framer_idle(const struct req_framer *f)
+{
+    return !f->busy;
+}
+
+const char *req_framer_error(const struct req_framer *f)
+{
+    return f->err;
+}
+
+void req_framer_release(struct req_framer *f)
+{
+    if (!f->busy)
+        reader_drop(f);
+    if (f->scratchcap > 4096) {
+        free(f->scratch);
+        f->scratch = NULL;
+        f->scratchcap = 0;
+    }
+}
+
+void req_framer_moved(struct req_framer *f, size_t from, size_t to)
+{
+    size_t d = from - to;
+    f->start -= d;
+    f->fed -= d;
+    for (int i = 0; i < f->argc; i++)
+        f->off[i] -= d;
+}
+
+static int fail(struct req_framer *f, const char *msg)
+{
+    snprintf(f->err, sizeof f->err, "ERR %s", msg);
+    return -1;
+}
+
+/* Strict decimal of p[0..n) as redis string2ll accepts it. */
+static int parse_ll(const char *p, size_t n, long long *v)
+{
+    struct slice s = { p, n };
+    return slice_to_ll(s, v);
+}
+
+/* Redis's sdssplitargs(), writing unescaped arguments into f->scratch.
+ * Returns argc, or -1 for unbalanced quotes. */
+static int hex_digit(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    c = tolower(c);
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+static int split_inline(struct req_framer *f, const char *p, const char *end)
+{
+    size_t need = (size_t)(end - p) + 1;
+    if (f->scratchcap < need) {
+        free(f->scratch);
+        f->scratch = xmalloc(need);
+        f->scratchcap = need;
+    }
+    char *out = f->scratch;
+    int argc = 0;
+
+    for (;;) {
+        while (p < end && isspace((unsigned char)*p))
+            p++;
+        if (p == end || *p == '\0')
+            break;
+
+        int inq = 0, insq = 0, done = 0;
+        char *arg = out;
+        while (!done) {
+            if (inq) {
+                if (p == end)
+                    return -1;
+                if (*p == '\\' && p + 3 < end && p[1] == 'x' &&
+                    hex_digit(p[2]) >= 0 && hex_digit(p[3]) >= 0) {
+                    *out++ = (char)(hex_digit(p[2]) * 16 + hex_digit(p[3]));
+                    p += 3;
+                } else if (*p == '\\' && p + 1 < end) {
+                    char c;
+                    p++;
+                    switch (*p) {
+                    case 'n': c = '\n'; break;
+                    case 'r': c = '\r'; break;
+                    case 't': c = '\t'; break;
+                    case 'b': c = '\b'; break;
+                    case 'a': c = '\a'; break;
+                    default: c = *p; break;
+                    }
+                    *out++ = c;
+                } else if (*p == '"') {
+                    /* closing quote must be followed by a space or nothing */
+                    if (p + 1 < end && !isspace((unsigned char)p[1]))
+                        return -1;
+                    done = 1;
+                } else {
+                    *out++ = *p;
+                }
+            } else if (insq) {
+                if (p == end)
+                    return -1;
+                if (*p == '\\' && p + 1 < end && p[1] == '\'') {
+                    p++;
+                    *out++ = '\'';
+                } else if (*p == '\'') {
+                    if (p + 1 < end && !isspace((unsigned char)p[1]))
+                        return -1;
+                    done = 1;
+                } else {
+                    *out++ = *p;
+                }
+            } else {
+                if (p == end) {
+                    done = 1;
+                    break;
+                }
+                switch (*p) {
+                case ' ': case '\n': case '\r': case '\t': case '\0':
+                    done = 1;
+                    break;
+                case '"':
+                    inq = 1;
+                    break;
+                case '\'':
+                    insq = 1;
+                    break;
+                default:
+                    *out++ = *p;
+                    break;
+                }
+            }
+            if (p < end)
+                p++;
+        }
+
+        if (argc == f->argcap) {
+            f->argcap = f->argcap ? f->argcap * 2 : 16;
+            f->off = xrealloc(f->off, sizeof *f->off * (size_t)f->argcap);
+            f->len = xrealloc(f->len, sizeof *f->len * (size_t)f->argcap);
+        }
+        f->off[argc] = (size_t)(arg - f->scratch);
+        f->len[argc] = (size_t)(out - arg);
+        argc++;
+    }
+    return argc;
+}
+
+static void fill_argv(struct req_framer *f, const char *base, int argc, struct request *req)
+{
+    if (argc > f->argvcap) {
+        free(f->argv);
+        f->argvcap = f->argcap;         /* off/len already hold argc entries */
+        f->argv = xmalloc(sizeof *f->argv * (size_t)f->argvcap);
+    }
+    for (int i = 0; i < argc; i++) {
+        f->argv[i].p = base + f->off[i];
+        f->argv[i].len = f->len[i];
+    }
+    req->argc = argc;
+    req->argv = f->argv;
+}
+
+/* Inline request at buf[*pos]. Same return values as req_next(). */
+static int inline_next(struct req_framer *f, const char *buf, size_t len, size_t *pos,
+                       struct request *req)
+{
+    const char *start = buf + *pos;
+    const char *nl = memchr(start, '\n', len - *pos);
+    if (nl == NULL) {
+        if (len - *pos > REQ_MAX_INLINE)
+            return fail(f, "Protocol error: too big inline request");
+        return 0;
+    }
+    const char *end = nl;
+    if (end > start && end[-1] == '\r')
+        end--;
+
+    int argc = split_inline(f, start, end);
+    if (argc < 0)
+        return fail(f, "Protocol error: unbalanced quotes in request");
+
+    size_t next = (size_t)(nl + 1 - buf);
+    if (argc == 0) {                /* empty line: Redis skips it */
+        *pos = next;
+        return 2;
+    }
+    fill_argv(f, f->scratch, argc, req);
+    req->raw.p = start;
+    req->raw.len = next - *pos;
+    req->inline_cmd = 1;
+    *pos = next;
+    return 1;
+}
+
+/* hiredis is waiting for more bytes. If what it waits for is a bulk payload,
+ * check the declared length now, as Redis does when it reads the header. */
+static int check_pending_bulk(struct req_framer *f)
+{
+    redisReader *r = f->r;
+    if (r->pos >= r->len || r->buf[r->pos] != '$')
+        return 0;
+    const char *hdr = r->buf + r->pos + 1;
+    size_t avail = r->len - r->pos - 1;
+    const char *cr = memchr(hdr, '\r', avail);
+    if (cr == NULL) {
+        if (avail > REQ_MAX_INLINE)
+            return fail(f, "Protocol error: too big bulk count string");
+        return 0;
+    }
+    long long n;
+    if (parse_ll(hdr, (size_t)(cr - hdr), &n) != 0 || n < 0 || n > REQ_MAX_BULK)
+        return fail(f, "Protocol error: invalid bulk length");
+    return 0;
+}
+
+static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *pos,
+                     struct request *req)
+{
+    if (!f->busy) {
+        /* The multibulk header, checked like processMultibulkBuffer(). */
+        const char *hdr = buf + *pos + 1;
+        const char *cr = memchr(hdr, '\r', len - *pos - 1);
+        if (cr == NULL) {
+            if (len - *pos > REQ_MAX_INLINE)
+                return fail(f, "Protocol error: too big mbulk count string");
+            return 0;
+        }
+        if ((size_t)(cr - buf) + 1 >= len)
+            return 0;                   /* the \n is not here yet */
+        long long n;
+        if (parse_ll(hdr, (size_t)(cr - hdr), &n) != 0 || n > REQ_MAX_MULTIBULK)
+            return fail(f, "Protocol error: invalid multibulk length");
+        if (n <= 0) {                   /* *0 and *-1: nothing to run */
+            if (f->r != NULL && f->fed > *pos)
+                reader_drop(f);         /* hiredis saw these bytes: resync */
+            *pos = (size_t)(cr - buf) + 2;
+            f->fed = *pos;
+            return 2;
+        }
+
+        if (f->r == NULL) {
+            f->r = redisReaderCreateWithFunctions(&req_functions);
+            if (f->r == NULL)
+                return fail(f, "out of memory");
+            f->r->privdata = f;
+            f->fed = *pos;
+        } else if (f->fed < *pos) {
+            f->fed = *pos;              /* hiredis is empty: start feeding here */
+        }
+        f->busy = 1;
+        f->start = *pos;
+        f->argc = 0;
+        f->cb_err = NULL;
+    }
+
+    if (len > f->fed) {
+        if (redisReaderFeed(f->r, buf + f->fed, len - f->fed) != REDIS_OK)
+            return fail(f, "out of memory");
+        f->fed = len;
+    }
+
+    void *reply = NULL;
+    if (redisReaderGetReply(f->r, &reply) != REDIS_OK) {
+        if (f->cb_err != NULL)
+            return fail(f, f->cb_err);
+        char msg[200];
+        snprintf(msg, sizeof msg, "Protocol error: %s", f->r->errstr);
+        return fail(f, msg);
+    }
+    if (reply == NULL)
+        return check_pending_bulk(f);
+
+    size_t leftover = f->r->len - f->r->pos;
+    size_t end = f->fed - leftover;
+    fill_argv(f, buf, f->argc, req);
+    req->raw.p = buf + f->start;
+    req->raw.len = end - f->start;
+    req->inline_cmd = 0;
+    *pos = end;
+    f->busy = 0;
+    return 1;
+}
+
+int req_next(struct req_framer *f, const char *buf, size_t len, size_t *pos, struct request *req)
+{
+    for (;;) {
+        int rc;
+        if (*pos >= len)
+            return 0;
+        if (!f->busy && buf[*pos] != '*') {
+            if (f->r != NULL && f->fed > *pos)
+                reader_drop(f);         /* hiredis read ahead into an inline request */
+            rc = inline_next(f, buf, len, pos, req);
+        } else {
+            rc = resp_next(f, buf, len, pos, req);
+        }
+        if (rc != 2)                    /* 2: skipped an empty request, go on */
+            return rc;
+    }
+}

@@ -1,0 +1,63 @@
+/*
+ * resp_request: the request framer.
+ *
+ * Turns the bytes a client sends into requests: the command name and its
+ * arguments as slices, plus the raw span of bytes to forward unchanged.
+ *
+ *   RESP requests (*N\r\n$len\r\n...) are framed by hiredis's redisReader
+ *   with object callbacks that record where each argument lies instead of
+ *   copying it. Inline requests ("PING\r\n", as typed over telnet) are split
+ *   here the way redis-server splits them (sdssplitargs rules). Protocol
+ *   errors get the messages redis-server 7.0 gives, and lengths beyond its
+ *   limits are refused before anything is buffered for them.
+ *
+ * The caller owns the input buffer. The framer reads from buf[*pos..len) and
+ * never writes to it; argv slices point into buf (RESP) or into the framer's
+ * scratch space (inline arguments with quotes or escapes) and stay valid
+ * until the next call that moves or changes buf, or the next req_next().
+ */
+#ifndef TTLG_RESP_REQUEST_H
+#define TTLG_RESP_REQUEST_H
+
+#include <stddef.h>
+#include "util.h"
+
+/* redis-server 7.0 limits (proto-max-bulk-len default, inline buffer). */
+#define REQ_MAX_BULK        (512LL * 1024 * 1024)
+#define REQ_MAX_MULTIBULK   2147483647LL
+#define REQ_MAX_INLINE      (64 * 1024)
+
+struct request {
+    int argc;
+    struct slice *argv;         /* argv[0] is the command name as sent */
+    struct slice raw;           /* the exact bytes of the request in the input buffer */
+    int inline_cmd;             /* 1 for an inline request */
+};
+
+struct req_framer;
+
+struct req_framer *req_framer_new(void);
+void req_framer_free(struct req_framer *f);
+
+/* Frame the next request from buf[*pos..len).
+ * Returns  1: *req is filled, *pos moved past the request;
+ *          0: more bytes are needed (bytes already seen are remembered; call
+ *             again with the same buffer contents from *pos, possibly moved,
+ *             plus more);
+ *         -1: protocol error; req_framer_error() is the line to send to the
+ *             client before closing ("ERR Protocol error: ..."). */
+int req_next(struct req_framer *f, const char *buf, size_t len, size_t *pos, struct request *req);
+
+/* The caller moved the unconsumed bytes of its buffer: what was at offset
+ * `from` is now at offset `to` (to <= from). */
+void req_framer_moved(struct req_framer *f, size_t from, size_t to);
+
+/* 1 when the framer holds no partial request. */
+int req_framer_idle(const struct req_framer *f);
+
+const char *req_framer_error(const struct req_framer *f);
+
+/* Give back memory held for parsing when idle (memcached's rbuf_release). */
+void req_framer_release(struct req_framer *f);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * server: the listener, the loop-wide state and the periodic cron.
+ *
+ *   listener --accept--> session_accept() ...  (one session per client)
+ *   cron (100 ms)    --> idle and connect timeouts, shutdown drain deadline
+ *   signals          --> SIGTERM/SIGINT: stop accepting, drain, exit 0
+ *
+ * One loop, one thread: sessions, config and counters are only touched from
+ * loop callbacks.
+ */
+#ifndef TTLG_SERVER_H
+#define TTLG_SERVER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "util.h"
+
+struct session;
+
+/* Counters, monotonically increasing, read by the admin endpoint. */
+struct stats {
+    uint64_t clients_accepted;
+    uint64_t clients_rejected;       /* max_clients reached */
+    uint64_t backend_connects;
+    uint64_t backend_connect_errors;
+    uint64_t requests;               /* requests framed from clients */
+    uint64_t bytes_from_clients;
+    uint64_t bytes_to_backends;
+    uint64_t bytes_from_backends;
+    uint64_t bytes_to_clients;
+    uint64_t protocol_errors;
+};
+
+struct server {
+    uv_loop_t *loop;
+    struct config *cfg;              /* current config; sessions read it per request */
+    struct addr listen_addr;
+    struct addr backend_addr;
+    char backend_name[300];          /* printable backend address for messages */
+    char down_reason[512];           /* the error line sessions without a backend answer with */
+
+    union {
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } listener;
+    int listening;
+
+    uv_timer_t cron;
+    uv_signal_t sig_term, sig_int;
+
+    struct session *sessions;        /* all live sessions, doubly linked */
+    int nsessions;
+
+    int shutting_down;
+    uint64_t shutdown_deadline;      /* monotonic ms */
+
+    /* Shared read buffer: sessions with no partial request read into it, so
+     * an idle session holds no read buffer at all. */
+    char *rbuf;
+    size_t rbuf_size;
+
+    struct stats stats;
+};
+
+/* Start listening and serving with cfg (ownership of cfg passes to srv).
+ * Runs the loop until shutdown; returns the process exit status. */
+int server_run(struct config *cfg, const char *listen_override, const char *backend_override);
+
+/* Called by sessions when they have freed themselves. */
+void server_session_gone(struct server *srv);
+
+#endif

@@ -1,0 +1,1179 @@
+/*
+ * session: one client, one backend connection, and the queue that keeps
+ * their replies in order.
+ *
+ *            client                         ttlguard                          redis
+ *  requests  ------> client_read --> req_next (resp_request) --> handle_request
+ *                                        |                          |  push pending entry
+ *                                        |                          |  raw span -> tob batch
+ *                                        v                          v
+ *                                   ibuf (partial only)        flush: try_write, copy rest
+ *                                                                    ------------------> backend
+ *  replies   <------ flush <-- toc batch <-- backend_read --> reply_scan (resp_reply)
+ *                                   ^            pairs each complete reply with the
+ *                                   |            head of the pending queue; LOCAL entries
+ *                                   +----------- (our own replies) go out when they
+ *                                                reach the head, never earlier
+ *
+ * Zero copy: bytes the proxy does not change are written straight from the
+ * buffer they were read into (the loop's shared read buffer, or the session's
+ * ibuf when a request spans reads), gathered into one writev per callback.
+ * Only what the kernel does not take at once is copied, into a write chunk
+ * owned by libuv's write queue. Replies are forwarded as they arrive, even
+ * before they are complete: only their end matters to the queue.
+ *
+ * Bounded: when the write queue towards one side passes max_buffer, the
+ * session stops reading from the other side; it resumes when the queue has
+ * drained to half. The pending queue counts against the client side too.
+ *
+ * Pairing replies with requests needs to know how many replies a request
+ * gets: CLIENT REPLY OFF/SKIP suppress them, RESP2 pub/sub confirmations come
+ * one per channel, RESP3 pushes and MONITOR lines and pub/sub messages belong
+ * to no request. The session mirrors that protocol state from what passes.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include "session.h"
+#include "server.h"
+#include "resp_request.h"
+#include "resp_reply.h"
+#include "util.h"
+
+#define READ_CHUNK      (64 * 1024)
+#define PEEK_MAX        64      /* first bytes of a reply kept for inspection */
+#define TAIL_MAX        32      /* last bytes of a reply kept for inspection */
+#define IOV_MAX_BATCH   128
+#define QUERY_MAX       (1024LL * 1024 * 1024)   /* redis client-query-buffer-limit */
+#define RECONNECT_MS    1000
+
+enum backend_state {
+    B_CONNECTING,   /* connect in flight; client not read */
+    B_AUTH,         /* AUTH sent for backend_username/password; client not read */
+    B_READY,        /* forwarding */
+    B_DOWN,         /* no backend: requests are answered with an error */
+    B_CLOSING,      /* uv_close in flight for the backend handle */
+    B_CLOSED,       /* backend went away after READY: the session ends */
+};
+
+enum pend_kind {
+    PK_FORWARD,     /* the backend's reply goes to the client */
+    PK_LOCAL,       /* our own reply, sent when it reaches the head */
+    PK_INTERNAL,    /* the backend's reply is for the proxy (AUTH) */
+};
+
+enum pend_what {
+    PW_PLAIN,
+    PW_HELLO,       /* reply type tells the protocol: % is RESP3, * is RESP2 */
+    PW_MONITOR,     /* +OK enters monitor mode */
+    PW_RESET,       /* reply resets protocol state */
+    PW_SUB,         /* RESP2 (un)subscribe: `remaining` confirmations */
+    PW_AUTH,        /* backend AUTH sent by the proxy */
+};
+
+enum sub_kind { SUB_CHANNEL, SUB_PATTERN, SUB_SHARD };
+
+struct pending {
+    uint8_t kind;           /* enum pend_kind */
+    uint8_t what;           /* enum pend_what */
+    uint8_t subkind;        /* enum sub_kind, for PW_SUB */
+    uint8_t local_owned;    /* `local` is malloc'ed and freed when popped */
+    int32_t remaining;      /* replies still owed; -1: "as many as subscriptions" (PW_SUB) */
+    uint32_t local_len;
+    const char *local;      /* PK_LOCAL: the reply bytes */
+};
+
+/* Bytes gathered for one direction during one callback. Spans point into
+ * read buffers that stay untouched until the batch is flushed; own bytes
+ * (local replies) are copied into the arena and resolved at flush time. */
+struct batch {
+    uv_buf_t iov[IOV_MAX_BATCH];
+    size_t arena_off[IOV_MAX_BATCH];    /* (size_t)-1: iov is a span */
+    int n;
+    size_t bytes;
+    char *arena;
+    size_t arena_len, arena_cap;
+};
+
+/* A write libuv did not finish at once: one allocation, freed in its callback. */
+struct wchunk {
+    uv_write_t req;
+    struct session *s;
+    size_t len;
+    char data[];
+};
+
+union stream {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+};
+
+struct session {
+    struct server *srv;
+    struct session *prev, *next;    /* srv->sessions */
+
+    union stream client;
+    union stream backend;
+    uv_connect_t creq;
+    uv_shutdown_t client_sreq;
+    uv_shutdown_t backend_sreq;
+    int handles;                    /* open uv handles; the session is freed at 0 */
+
+    enum backend_state bstate;
+    uint64_t connect_started;       /* monotonic ms of the last connect attempt */
+
+    unsigned client_reading:1;      /* uv_read_start active on client */
+    unsigned backend_reading:1;
+    unsigned client_eof:1;          /* client half-closed: finish owed replies, then close */
+    unsigned draining:1;            /* server shutdown: no new requests */
+    unsigned close_after_flush:1;   /* protocol error or backend gone: close when written */
+    unsigned closing:1;             /* uv_close called */
+    unsigned resp3:1;
+    unsigned monitor:1;
+    unsigned reply_off:1;           /* CLIENT REPLY OFF */
+    unsigned reply_skip:1;          /* CLIENT REPLY SKIP: the next command gets no reply */
+
+    /* Client input: only the partial request that spans reads lives here. */
+    char *ibuf;
+    size_t ilen, icap;
+    struct req_framer *framer;
+
+    /* Pending queue: ring buffer, one entry per reply owed to the client. */
+    struct pending *q;
+    uint32_t qhead, qlen, qcap;
+
+    /* Reply side. */
+    struct reply_scanner rs;
+    char peek[PEEK_MAX];
+    uint32_t peeklen;
+    char tail[TAIL_MAX];
+    uint32_t taillen;
+    int nchan, npat, nshard;        /* RESP2 subscriptions, mirrored from confirmations */
+
+    uint64_t last_active;           /* monotonic ms */
+};
+
+/* One batch per direction, shared by all sessions: callbacks do not nest. */
+static struct batch tob;    /* to the backend */
+static struct batch toc;    /* to the client */
+
+static void client_read_start(struct session *s);
+static void client_read_stop(struct session *s);
+static void client_maybe_resume(struct session *s);
+static void on_backend_closed_then_serve(struct session *s);
+static void backend_read_start(struct session *s);
+static void backend_connect(struct session *s);
+static void process_input(struct session *s, const char *data, size_t len, int in_ibuf);
+static void maybe_finish(struct session *s);
+
+/* ------------------------------------------------------------------------ */
+/* Batches and writes                                                        */
+
+static void batch_add(struct batch *b, const char *p, size_t n);
+
+static void batch_reset(struct batch *b)
+{
+    b->n = 0;
+    b->bytes = 0;
+    b->arena_len = 0;
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct wchunk *c = (struct wchunk *)req;
+    struct session *s = c->s;
+    free(c);
+    if (status < 0) {
+        if (status != UV_ECANCELED && !s->closing) {
+            log_debug("write error: %s", uv_strerror(status));
+            session_close(s);
+        }
+        return;
+    }
+    if (s->closing)
+        return;
+    /* Resume the side we stopped reading once the queue drained to half. */
+    size_t limit = s->srv->cfg->max_buffer;
+    if (req->handle == &s->backend.stream) {
+        client_maybe_resume(s);
+    } else {
+        if (!s->backend_reading && uv_stream_get_write_queue_size(req->handle) <= limit / 2)
+            backend_read_start(s);
+        maybe_finish(s);
+    }
+}
+
+/* Write everything gathered in b to dst: what the kernel takes now is not
+ * copied; the rest is copied into one chunk queued behind earlier writes.
+ * Returns -1 if the stream failed (the session is being closed). */
+static int batch_flush(struct session *s, struct batch *b, uv_stream_t *dst)
+{
+    if (b->n == 0)
+        return 0;
+    for (int i = 0; i < b->n; i++)
+        if (b->arena_off[i] != (size_t)-1)
+            b->iov[i].base = b->arena + b->arena_off[i];
+
+    size_t total = b->bytes;
+    size_t done = 0;
+    int r = uv_try_write(dst, b->iov, (unsigned)b->n);
+    if (r >= 0) {
+        done = (size_t)r;
+    } else if (r != UV_EAGAIN) {
+        batch_reset(b);
+        log_debug("write error: %s", uv_strerror(r));
+        session_close(s);
+        return -1;
+    }
+    if (done < total) {
+        struct wchunk *c = xmalloc(sizeof *c + (total - done));
+        c->s = s;
+        c->len = total - done;
+        char *out = c->data;
+        size_t skip = done;
+        for (int i = 0; i < b->n; i++) {
+            size_t len = b->iov[i].len;
+            if (skip >= len) {
+                skip -= len;
+                continue;
+            }
+            memcpy(out, b->iov[i].base + skip, len - skip);
+            out += len - skip;
+            skip = 0;
+        }
+        uv_buf_t buf = uv_buf_init(c->data, (unsigned)c->len);
+        r = uv_write(&c->req, dst, &buf, 1, on_write);
+        if (r < 0) {
+            free(c);
+            batch_reset(b);
+            session_close(s);
+            return -1;
+        }
+    }
+    batch_reset(b);
+    return 0;
+}
+
+static void flush_all(struct session *s)
+{
+    if (s->closing) {
+        batch_reset(&tob);
+        batch_reset(&toc);
+        return;
+    }
+    size_t limit = s->srv->cfg->max_buffer;
+
+    if (tob.n > 0) {
+        s->srv->stats.bytes_to_backends += tob.bytes;
+        if (batch_flush(s, &tob, &s->backend.stream) < 0)
+            return;
+        if (s->client_reading && uv_stream_get_write_queue_size(&s->backend.stream) > limit)
+            client_read_stop(s);
+    }
+    if (toc.n > 0) {
+        s->srv->stats.bytes_to_clients += toc.bytes;
+        if (batch_flush(s, &toc, &s->client.stream) < 0)
+            return;
+        if (s->backend_reading && uv_stream_get_write_queue_size(&s->client.stream) > limit) {
+            uv_read_stop(&s->backend.stream);
+            s->backend_reading = 0;
+        }
+    }
+}
+
+static void batch_add(struct batch *b, const char *p, size_t n)
+{
+    if (n == 0)
+        return;
+    if (b->n > 0 && b->arena_off[b->n - 1] == (size_t)-1 &&
+        b->iov[b->n - 1].base + b->iov[b->n - 1].len == p) {
+        b->iov[b->n - 1].len += n;      /* adjacent span: extend */
+    } else {
+        ASSERT(b->n < IOV_MAX_BATCH);
+        b->iov[b->n] = uv_buf_init((char *)p, (unsigned)n);
+        b->arena_off[b->n] = (size_t)-1;
+        b->n++;
+    }
+    b->bytes += n;
+}
+
+static void batch_add_copy(struct batch *b, const char *p, size_t n)
+{
+    if (b->arena_len + n > b->arena_cap) {
+        b->arena_cap = (b->arena_len + n) * 2;
+        b->arena = xrealloc(b->arena, b->arena_cap);
+    }
+    memcpy(b->arena + b->arena_len, p, n);
+    ASSERT(b->n < IOV_MAX_BATCH);
+    b->iov[b->n] = uv_buf_init(NULL, (unsigned)n);
+    b->arena_off[b->n] = b->arena_len;
+    b->n++;
+    b->arena_len += n;
+    b->bytes += n;
+}
+
+/* Flush a batch early when it is about to run out of iov slots. */
+static void room_for(struct session *s, struct batch *b, int slots)
+{
+    if (b->n + slots > IOV_MAX_BATCH)
+        flush_all(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pending queue                                                             */
+
+static struct pending *q_head(struct session *s)
+{
+    return s->qlen ? &s->q[s->qhead] : NULL;
+}
+
+static struct pending *q_push(struct session *s)
+{
+    if (s->qlen == s->qcap) {
+        uint32_t ncap = s->qcap ? s->qcap * 2 : 16;
+        struct pending *nq = xmalloc(sizeof *nq * ncap);
+        for (uint32_t i = 0; i < s->qlen; i++)
+            nq[i] = s->q[(s->qhead + i) % s->qcap];
+        free(s->q);
+        s->q = nq;
+        s->qhead = 0;
+        s->qcap = ncap;
+    }
+    struct pending *p = &s->q[(s->qhead + s->qlen) % s->qcap];
+    s->qlen++;
+    memset(p, 0, sizeof *p);
+    p->remaining = 1;
+    return p;
+}
+
+static void q_pop(struct session *s)
+{
+    struct pending *p = &s->q[s->qhead];
+    if (p->local_owned)
+        free((char *)p->local);
+    s->qhead = (s->qhead + 1) % s->qcap;
+    s->qlen--;
+    if (s->qlen == 0 && s->qcap > 64) {     /* give memory back after a deep pipeline */
+        free(s->q);
+        s->q = NULL;
+        s->qcap = 0;
+        s->qhead = 0;
+    }
+}
+
+/* Too many requests in flight count against max_buffer like queued bytes:
+ * a client that pipelines without reading cannot grow the queue forever. */
+static int q_over_limit(struct session *s)
+{
+    return (size_t)s->qlen * sizeof(struct pending) > s->srv->cfg->max_buffer;
+}
+
+/* Send LOCAL entries that reached the head (only between replies). */
+static void emit_locals(struct session *s)
+{
+    struct pending *p;
+    while ((p = q_head(s)) != NULL && p->kind == PK_LOCAL) {
+        room_for(s, &toc, 1);
+        batch_add_copy(&toc, p->local, p->local_len);
+        q_pop(s);
+    }
+}
+
+/* Start reading requests again if nothing holds them back. */
+static void client_maybe_resume(struct session *s)
+{
+    if (s->client_reading || s->client_eof || s->draining || s->close_after_flush ||
+        q_over_limit(s))
+        return;
+    if (s->bstate == B_READY) {
+        if (uv_stream_get_write_queue_size(&s->backend.stream) > s->srv->cfg->max_buffer / 2)
+            return;
+    } else if (s->bstate != B_DOWN) {
+        return;
+    }
+    client_read_start(s);
+}
+
+/* Queue a reply of our own behind everything owed so far.
+ * text is copied unless is_static. */
+static void queue_local(struct session *s, const char *text, size_t len, int is_static)
+{
+    struct pending *p = q_push(s);
+    p->kind = PK_LOCAL;
+    p->local = is_static ? text : xmemdup(text, len);
+    p->local_owned = !is_static;
+    p->local_len = (uint32_t)len;
+}
+
+static void queue_error(struct session *s, const char *msg)
+{
+    char line[512];
+    int n = snprintf(line, sizeof line, "-%s\r\n", msg);
+    if (n >= (int)sizeof line)
+        n = sizeof line - 1;
+    queue_local(s, line, (size_t)n, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Session lifetime                                                          */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct session *s = h->data;
+    if (h == &s->backend.handle && !s->closing) {
+        /* A failed connect attempt: the handle can be used again. */
+        s->handles--;
+        s->bstate = B_DOWN;
+        if (!s->draining && !s->close_after_flush)
+            on_backend_closed_then_serve(s);
+        return;
+    }
+    if (--s->handles > 0)
+        return;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        s->srv->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->srv->nsessions--;
+    server_session_gone(s->srv);
+    while (s->qlen)
+        q_pop(s);
+    free(s->q);
+    free(s->ibuf);
+    req_framer_free(s->framer);
+    free(s);
+}
+
+void session_close(struct session *s)
+{
+    if (s->closing)
+        return;
+    s->closing = 1;
+    if (!uv_is_closing(&s->client.handle))
+        uv_close(&s->client.handle, on_handle_closed);
+    if (s->bstate != B_DOWN && !uv_is_closing(&s->backend.handle))
+        uv_close(&s->backend.handle, on_handle_closed);
+}
+
+static void on_client_shutdown(uv_shutdown_t *req, int status)
+{
+    session_close(req->data);
+}
+
+/* Close once everything owed has been written to the client. */
+static void maybe_finish(struct session *s)
+{
+    if (s->closing || !s->close_after_flush)
+        return;
+    if (uv_stream_get_write_queue_size(&s->client.stream) > 0)
+        return;
+    s->close_after_flush = 0;
+    s->client_sreq.data = s;
+    if (uv_shutdown(&s->client_sreq, &s->client.stream, on_client_shutdown) < 0)
+        session_close(s);
+}
+
+static void finish_after_flush(struct session *s)
+{
+    client_read_stop(s);
+    s->close_after_flush = 1;
+    maybe_finish(s);
+}
+
+/* The backend connection is gone after it was ready: the client gets what
+ * was already received and then its connection closes, as with Redis. */
+static void backend_lost(struct session *s, const char *why)
+{
+    log_debug("backend connection lost: %s", why);
+    s->bstate = B_CLOSED;
+    if (s->backend_reading)
+        uv_read_stop(&s->backend.stream);
+    s->backend_reading = 0;
+    if (reply_scanner_idle(&s->rs))
+        emit_locals(s);
+    flush_all(s);
+    if (!s->closing)
+        finish_after_flush(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading from the client                                                   */
+
+static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct session *s = h->data;
+    if (s->ilen == 0 && (s->bstate == B_READY || s->bstate == B_DOWN)) {
+        buf->base = s->srv->rbuf;
+        buf->len = s->srv->rbuf_size;
+        return;
+    }
+    if (s->icap - s->ilen < READ_CHUNK) {
+        size_t ncap = s->icap ? s->icap * 2 : 2 * READ_CHUNK;
+        if (ncap < s->ilen + READ_CHUNK)
+            ncap = s->ilen + READ_CHUNK;
+        s->ibuf = xrealloc(s->ibuf, ncap);
+        s->icap = ncap;
+    }
+    buf->base = s->ibuf + s->ilen;
+    buf->len = s->icap - s->ilen;
+}
+
+static void on_backend_shutdown(uv_shutdown_t *req, int status)
+{
+    /* Nothing to do: the backend closes its side when it has answered. */
+}
+
+static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct session *s = st->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        client_read_stop(s);
+        if (nread != UV_EOF || s->bstate != B_READY || s->qlen == 0) {
+            session_close(s);
+            return;
+        }
+        /* Half-closed (e.g. `nc -N`): let Redis finish what it read, as if
+         * the client were talking to it directly: pass the EOF on. */
+        s->client_eof = 1;
+        s->backend_sreq.data = s;
+        if (uv_shutdown(&s->backend_sreq, &s->backend.stream, on_backend_shutdown) < 0)
+            session_close(s);
+        return;
+    }
+    s->srv->stats.bytes_from_clients += (uint64_t)nread;
+    s->last_active = now_ms_monotonic();
+
+    int in_ibuf = buf->base != s->srv->rbuf;
+    if (s->bstate == B_DOWN && s->connect_started + RECONNECT_MS <= s->last_active) {
+        /* Try the backend again before answering with errors. */
+        if (!in_ibuf) {
+            if (s->icap < (size_t)nread) {
+                s->ibuf = xrealloc(s->ibuf, (size_t)nread);
+                s->icap = (size_t)nread;
+            }
+            memcpy(s->ibuf, buf->base, (size_t)nread);
+        }
+        s->ilen += (size_t)nread;
+        client_read_stop(s);
+        backend_connect(s);
+        return;
+    }
+    if (in_ibuf) {
+        s->ilen += (size_t)nread;
+        process_input(s, s->ibuf, s->ilen, 1);
+    } else {
+        process_input(s, buf->base, (size_t)nread, 0);
+    }
+}
+
+static void client_read_start(struct session *s)
+{
+    if (s->client_reading || s->closing)
+        return;
+    if (uv_read_start(&s->client.stream, client_alloc, client_read) == 0)
+        s->client_reading = 1;
+}
+
+static void client_read_stop(struct session *s)
+{
+    if (!s->client_reading)
+        return;
+    uv_read_stop(&s->client.stream);
+    s->client_reading = 0;
+}
+
+/* Protocol state that follows from a request, before it is forwarded. */
+static void track_request(struct session *s, const struct request *req, struct pending *p)
+{
+    struct slice cmd = req->argv[0];
+    switch (cmd.len) {
+    case 5:
+        if (slice_eq_nocase(cmd, "hello"))
+            p->what = PW_HELLO;
+        else if (slice_eq_nocase(cmd, "reset"))
+            p->what = PW_RESET;
+        break;
+    case 7:
+        if (slice_eq_nocase(cmd, "monitor"))
+            p->what = PW_MONITOR;
+        break;
+    default:
+        break;
+    }
+}
+
+/* RESP2/RESP3 subscribe-family: how many regular replies does it get?
+ * Returns 1 and fills p when cmd is one. */
+static int track_pubsub(struct session *s, const struct request *req, struct pending *p)
+{
+    struct slice cmd = req->argv[0];
+    int sub;
+    enum sub_kind kind;
+
+    if (cmd.len < 9 || cmd.len > 12)
+        return 0;
+    if (slice_eq_nocase(cmd, "subscribe"))          { sub = 1; kind = SUB_CHANNEL; }
+    else if (slice_eq_nocase(cmd, "psubscribe"))    { sub = 1; kind = SUB_PATTERN; }
+    else if (slice_eq_nocase(cmd, "ssubscribe"))    { sub = 1; kind = SUB_SHARD; }
+    else if (slice_eq_nocase(cmd, "unsubscribe"))   { sub = 0; kind = SUB_CHANNEL; }
+    else if (slice_eq_nocase(cmd, "punsubscribe"))  { sub = 0; kind = SUB_PATTERN; }
+    else if (slice_eq_nocase(cmd, "sunsubscribe"))  { sub = 0; kind = SUB_SHARD; }
+    else return 0;
+
+    if (sub && req->argc < 2)
+        return 0;           /* arity error: one ordinary error reply */
+    if (s->resp3) {
+        p->remaining = 0;   /* every confirmation is a push */
+        return 1;
+    }
+    p->what = PW_SUB;
+    p->subkind = kind;
+    p->remaining = req->argc > 1 ? req->argc - 1 : -1;
+    return 1;
+}
+
+/* CLIENT REPLY ON|OFF|SKIP. Returns 1 when req is one of them. */
+static int track_client_reply(struct session *s, const struct request *req, int *replies)
+{
+    if (req->argc != 3 || !slice_eq_nocase(req->argv[0], "client") ||
+        !slice_eq_nocase(req->argv[1], "reply"))
+        return 0;
+    if (slice_eq_nocase(req->argv[2], "on")) {
+        s->reply_off = 0;
+        s->reply_skip = 0;
+        *replies = 1;
+    } else if (slice_eq_nocase(req->argv[2], "off")) {
+        s->reply_off = 1;
+        *replies = 0;
+    } else if (slice_eq_nocase(req->argv[2], "skip")) {
+        if (!s->reply_off)
+            s->reply_skip = 1;
+        *replies = 0;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static void handle_request(struct session *s, const struct request *req)
+{
+    s->srv->stats.requests++;
+
+    if (s->bstate != B_READY) {
+        /* B_DOWN: nothing can run. */
+        if (!s->reply_off && !s->reply_skip)
+            queue_error(s, s->srv->down_reason);
+        s->reply_skip = 0;
+        return;
+    }
+
+    int replies = 1;
+    int client_reply = track_client_reply(s, req, &replies);
+    if (!client_reply && (s->reply_off || s->reply_skip)) {
+        replies = 0;
+        s->reply_skip = 0;
+    }
+
+    room_for(s, &tob, 1);
+    batch_add(&tob, req->raw.p, req->raw.len);
+
+    if (replies == 0)
+        return;
+    struct pending pe = { .kind = PK_FORWARD, .remaining = 1 };
+    if (!track_pubsub(s, req, &pe))
+        track_request(s, req, &pe);
+    if (pe.remaining != 0)          /* RESP3 pub/sub: confirmations are pushes */
+        *q_push(s) = pe;
+}
+
+/* Frame and handle every complete request in data[0..len). When the bytes
+ * are in the shared read buffer, a trailing partial request is copied into
+ * ibuf; when they are in ibuf, it is moved to the front. */
+static void process_input(struct session *s, const char *data, size_t len, int in_ibuf)
+{
+    if (s->framer == NULL)
+        s->framer = req_framer_new();
+
+    size_t pos = 0;
+    struct request req;
+    int rc;
+    while (!s->draining && !s->close_after_flush &&
+           (rc = req_next(s->framer, data, len, &pos, &req)) != 0) {
+        if (rc < 0) {
+            s->srv->stats.protocol_errors++;
+            const char *msg = req_framer_error(s->framer);
+            log_debug("client protocol error: %s", msg);
+            queue_error(s, msg);
+            pos = len;
+            client_read_stop(s);
+            s->close_after_flush = 1;
+            break;
+        }
+        handle_request(s, &req);
+    }
+    if (reply_scanner_idle(&s->rs))
+        emit_locals(s);
+    flush_all(s);
+    if (s->closing)
+        return;
+
+    size_t left = len - pos;
+    if (left > QUERY_MAX) {
+        log_warn("closing client: query buffer over %lld bytes", QUERY_MAX);
+        session_close(s);
+        return;
+    }
+    if (in_ibuf) {
+        if (pos > 0 && left > 0) {
+            memmove(s->ibuf, s->ibuf + pos, left);
+            req_framer_moved(s->framer, pos, 0);
+        }
+        s->ilen = left;
+    } else if (left > 0) {
+        if (s->icap < left + READ_CHUNK) {
+            free(s->ibuf);
+            s->icap = left + READ_CHUNK;
+            s->ibuf = xmalloc(s->icap);
+        }
+        memcpy(s->ibuf, data + pos, left);
+        req_framer_moved(s->framer, pos, 0);
+        s->ilen = left;
+    }
+    if (s->ilen == 0) {
+        if (s->icap > 0) {       /* idle: hold no buffer */
+            free(s->ibuf);
+            s->ibuf = NULL;
+            s->icap = 0;
+        }
+        req_framer_release(s->framer);
+    }
+    if (q_over_limit(s))
+        client_read_stop(s);
+    if (s->close_after_flush)
+        maybe_finish(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading from the backend                                                  */
+
+static void backend_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct session *s = h->data;
+    buf->base = s->srv->rbuf;
+    buf->len = s->srv->rbuf_size;
+}
+
+/* Is the reply that just completed one that belongs to no request? */
+static int unpaired_reply(struct session *s, char type, const struct pending *head)
+{
+    if (type == '>')
+        return 1;
+    if (s->monitor && type == '+' && s->peeklen > 1 && s->peek[1] >= '0' && s->peek[1] <= '9')
+        return 1;       /* "+1700000000.123456 [0 127.0.0.1:5000] ..." */
+    if (!s->resp3 && type == '*' && (s->nchan + s->npat + s->nshard > 0 ||
+                                     (head && head->what == PW_SUB))) {
+        /* RESP2 pub/sub message: *3 $7 message ..., *4 $8 pmessage ..., *3 $8 smessage */
+        if ((s->peeklen >= 17 && memcmp(s->peek + 4, "$7\r\nmessage\r\n", 13) == 0) ||
+            (s->peeklen >= 18 && (memcmp(s->peek + 4, "$8\r\npmessage\r\n", 14) == 0 ||
+                                  memcmp(s->peek + 4, "$8\r\nsmessage\r\n", 14) == 0)))
+            return 1;
+    }
+    return 0;
+}
+
+/* RESP2 subscription confirmation: *3 $N <kind> <name or nil> :<count> */
+static void apply_confirmation(struct session *s)
+{
+    const char *p = s->peek + 4;
+    size_t n = s->peeklen > 4 ? s->peeklen - 4 : 0;
+    /* count: the last line ":<n>\r\n" of the reply, kept in tail */
+    const char *t = NULL;
+    for (int i = (int)s->taillen - 3; i >= 0; i--) {
+        if (s->tail[i] == ':') {
+            t = s->tail + i + 1;
+            break;
+        }
+    }
+    if (t == NULL)
+        return;
+    long long count = strtoll(t, NULL, 10);
+    struct { const char *hdr; int *counter; } kinds[] = {
+        { "$9\r\nsubscribe\r\n", &s->nchan },
+        { "$11\r\nunsubscribe\r\n", &s->nchan },
+        { "$10\r\npsubscribe\r\n", &s->npat },
+        { "$12\r\npunsubscribe\r\n", &s->npat },
+        { "$10\r\nssubscribe\r\n", &s->nshard },
+        { "$12\r\nsunsubscribe\r\n", &s->nshard },
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t hl = strlen(kinds[i].hdr);
+        if (n >= hl && memcmp(p, kinds[i].hdr, hl) == 0) {
+            if (kinds[i].counter == &s->nshard) {
+                s->nshard = (int)count;
+            } else {
+                /* channels and patterns share one count: the change tells */
+                int total = s->nchan + s->npat;
+                if (count > total)
+                    (*kinds[i].counter)++;
+                else if (count < total && *kinds[i].counter > 0)
+                    (*kinds[i].counter)--;
+            }
+            return;
+        }
+    }
+}
+
+/* A whole reply went by; pair it with the head of the queue. */
+static void reply_done(struct session *s, char type)
+{
+    struct pending *head = q_head(s);
+    if (unpaired_reply(s, type, head))
+        return;
+    if (head == NULL)
+        return;         /* unsolicited (e.g. an error before the server closes) */
+    ASSERT(head->kind != PK_LOCAL);
+
+    switch (head->what) {
+    case PW_HELLO:
+        if (type == '%')
+            s->resp3 = 1;
+        else if (type == '*')
+            s->resp3 = 0;
+        break;
+    case PW_MONITOR:
+        if (type == '+')
+            s->monitor = 1;
+        break;
+    case PW_RESET:
+        if (type == '+') {
+            s->resp3 = 0;
+            s->monitor = 0;
+            s->nchan = s->npat = s->nshard = 0;
+            s->reply_off = s->reply_skip = 0;
+        }
+        break;
+    case PW_SUB:
+        if (type == '*')
+            apply_confirmation(s);
+        else
+            head->remaining = 1;    /* an error ends it */
+        break;
+    case PW_AUTH:
+        if (type == '+') {
+            s->bstate = B_READY;
+        } else {
+            int n = (int)s->peeklen;
+            while (n > 0 && (s->peek[n - 1] == '\r' || s->peek[n - 1] == '\n'))
+                n--;
+            snprintf(s->srv->down_reason, sizeof s->srv->down_reason,
+                     "ERR ttlguard: backend %s refused the proxy's AUTH: %.*s",
+                     s->srv->backend_name, n > 1 ? n - 1 : 0, s->peek + 1);
+            log_error("%s", s->srv->down_reason + 4);
+            s->bstate = B_CLOSING;
+            uv_close(&s->backend.handle, on_handle_closed);
+        }
+        break;
+    default:
+        break;
+    }
+    if (--head->remaining <= 0)
+        q_pop(s);
+}
+
+/* Does the proxy need to look inside the reply being read? */
+static int inspect(const struct session *s, const struct pending *head)
+{
+    return s->monitor || (!s->resp3 && s->nchan + s->npat + s->nshard > 0) ||
+           (head != NULL && (head->what == PW_SUB || head->what == PW_AUTH));
+}
+
+static void keep_peek_tail(struct session *s, const char *p, size_t n)
+{
+    if (s->peeklen < PEEK_MAX) {
+        size_t k = PEEK_MAX - s->peeklen;
+        if (k > n)
+            k = n;
+        memcpy(s->peek + s->peeklen, p, k);
+        s->peeklen += (uint32_t)k;
+    }
+    if (n >= TAIL_MAX) {
+        memcpy(s->tail, p + n - TAIL_MAX, TAIL_MAX);
+        s->taillen = TAIL_MAX;
+        return;
+    }
+    size_t keep = s->taillen;
+    if (keep + n > TAIL_MAX)
+        keep = TAIL_MAX - n;
+    memmove(s->tail, s->tail + s->taillen - keep, keep);
+    memcpy(s->tail + keep, p, n);
+    s->taillen = (uint32_t)(keep + n);
+}
+
+static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct session *s = st->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        backend_lost(s, nread == UV_EOF ? "closed by the server" : uv_strerror((int)nread));
+        return;
+    }
+    s->srv->stats.bytes_from_backends += (uint64_t)nread;
+
+    int was_auth = s->bstate == B_AUTH;
+    const char *p = buf->base;
+    size_t left = (size_t)nread;
+    while (left > 0 && !s->closing) {
+        struct pending *head;
+        if (reply_scanner_idle(&s->rs)) {
+            emit_locals(s);
+            s->peeklen = 0;
+            s->taillen = 0;
+        }
+        head = q_head(s);
+        if (head != NULL && head->what == PW_SUB && head->remaining < 0) {
+            int n = head->subkind == SUB_CHANNEL ? s->nchan :
+                    head->subkind == SUB_PATTERN ? s->npat : s->nshard;
+            head->remaining = n > 0 ? n : 1;
+        }
+
+        int done = 0;
+        ssize_t used = reply_scan(&s->rs, p, left, &done);
+        if (used < 0) {
+            log_warn("backend protocol error: %s", reply_scanner_error(&s->rs));
+            backend_lost(s, "protocol error");
+            return;
+        }
+        char type = reply_scanner_type(&s->rs);
+
+        /* Keep the first and last bytes: enough to read pub/sub and monitor
+         * replies and the proxy's own AUTH answer. */
+        if (inspect(s, head))
+            keep_peek_tail(s, p, (size_t)used);
+
+        if (head == NULL || head->kind != PK_INTERNAL || type == '>') {
+            room_for(s, &toc, 1);
+            batch_add(&toc, p, (size_t)used);
+        }
+        if (done)
+            reply_done(s, type);
+        p += used;
+        left -= (size_t)used;
+    }
+    if (s->closing)
+        return;
+    if (reply_scanner_idle(&s->rs))
+        emit_locals(s);
+    flush_all(s);
+    if (was_auth && s->bstate == B_READY) {
+        if (s->ilen > 0)
+            process_input(s, s->ibuf, s->ilen, 1);
+        else
+            client_read_start(s);
+    } else {
+        client_maybe_resume(s);
+    }
+}
+
+static void backend_read_start(struct session *s)
+{
+    if (s->backend_reading || s->closing || (s->bstate != B_READY && s->bstate != B_AUTH))
+        return;
+    if (uv_read_start(&s->backend.stream, backend_alloc, backend_read) == 0)
+        s->backend_reading = 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connecting to the backend                                                 */
+
+static void backend_unavailable(struct session *s, const char *why)
+{
+    s->srv->stats.backend_connect_errors++;
+    snprintf(s->srv->down_reason, sizeof s->srv->down_reason,
+             "ERR ttlguard: backend %s unavailable: %s", s->srv->backend_name, why);
+    log_warn("backend %s unavailable: %s", s->srv->backend_name, why);
+    s->bstate = B_CLOSING;
+    uv_close(&s->backend.handle, on_handle_closed);
+}
+
+static void on_backend_closed_then_serve(struct session *s)
+{
+    /* Answer what the client already sent, then keep reading. */
+    if (s->ilen > 0)
+        process_input(s, s->ibuf, s->ilen, 1);
+    else
+        client_read_start(s);
+}
+
+static void send_backend_auth(struct session *s)
+{
+    const struct config *cfg = s->srv->cfg;
+    const char *args[3];
+    int argc = 0;
+    args[argc++] = "AUTH";
+    if (cfg->backend_username != NULL)
+        args[argc++] = cfg->backend_username;
+    args[argc++] = cfg->backend_password;
+
+    char hdr[64];
+    batch_add_copy(&tob, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", argc));
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(args[i]);
+        batch_add_copy(&tob, hdr, (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", n));
+        batch_add_copy(&tob, args[i], n);
+        batch_add_copy(&tob, "\r\n", 2);
+    }
+    struct pending *p = q_push(s);
+    p->kind = PK_INTERNAL;
+    p->what = PW_AUTH;
+    s->bstate = B_AUTH;
+    flush_all(s);
+}
+
+static void on_backend_connect(uv_connect_t *req, int status)
+{
+    struct session *s = req->data;
+    if (s->closing || s->bstate != B_CONNECTING)
+        return;             /* closed meanwhile (connect timeout) */
+    if (status < 0) {
+        backend_unavailable(s, uv_strerror(status));
+        return;
+    }
+    s->srv->stats.backend_connects++;
+    if (s->backend.handle.type == UV_TCP)
+        uv_tcp_nodelay(&s->backend.tcp, 1);
+    s->bstate = B_READY;
+    backend_read_start(s);
+    if (s->srv->cfg->backend_password != NULL) {
+        send_backend_auth(s);
+        return;
+    }
+    if (s->ilen > 0)
+        process_input(s, s->ibuf, s->ilen, 1);
+    else
+        client_read_start(s);
+}
+
+static void backend_connect(struct session *s)
+{
+    struct server *srv = s->srv;
+    int r;
+
+    s->connect_started = now_ms_monotonic();
+    s->bstate = B_CONNECTING;
+    s->creq.data = s;
+    s->backend.handle.data = s;
+    if (srv->backend_addr.is_unix) {
+        uv_pipe_init(srv->loop, &s->backend.pipe, 0);
+        s->handles++;
+        uv_pipe_connect(&s->creq, &s->backend.pipe, srv->backend_addr.host, on_backend_connect);
+        return;
+    }
+    uv_tcp_init(srv->loop, &s->backend.tcp);
+    s->handles++;
+    struct sockaddr_storage ss;
+    if (uv_ip4_addr(srv->backend_addr.host, srv->backend_addr.port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(srv->backend_addr.host, srv->backend_addr.port, (struct sockaddr_in6 *)&ss) != 0) {
+        backend_unavailable(s, "backend host is not a numeric address");
+        return;
+    }
+    r = uv_tcp_connect(&s->creq, &s->backend.tcp, (struct sockaddr *)&ss, on_backend_connect);
+    if (r < 0)
+        backend_unavailable(s, uv_strerror(r));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Accept, cron, drain                                                       */
+
+void session_accept(struct server *srv, uv_stream_t *listener)
+{
+    struct session *s = xcalloc(1, sizeof *s);
+    s->srv = srv;
+    s->bstate = B_DOWN;             /* no backend handle yet */
+    s->client.handle.data = s;
+    s->backend.handle.data = s;
+    reply_scanner_init(&s->rs);
+
+    if (listener->type == UV_TCP)
+        uv_tcp_init(srv->loop, &s->client.tcp);
+    else
+        uv_pipe_init(srv->loop, &s->client.pipe, 0);
+    s->handles = 1;
+    if (uv_accept(listener, &s->client.stream) != 0) {
+        s->closing = 1;
+        uv_close(&s->client.handle, on_handle_closed);
+        return;
+    }
+    /* link before anything can close it */
+    s->next = srv->sessions;
+    if (srv->sessions)
+        srv->sessions->prev = s;
+    srv->sessions = s;
+    srv->nsessions++;
+    srv->stats.clients_accepted++;
+    s->last_active = now_ms_monotonic();
+
+    if (srv->nsessions > srv->cfg->max_clients) {
+        /* As redis does: say why, then close. */
+        static const char msg[] = "-ERR max number of clients reached\r\n";
+        srv->stats.clients_rejected++;
+        uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+        uv_try_write(&s->client.stream, &b, 1);
+        session_close(s);
+        return;
+    }
+    if (listener->type == UV_TCP)
+        uv_tcp_nodelay(&s->client.tcp, 1);
+    backend_connect(s);
+}
+
+void session_cron(struct session *s, uint64_t now)
+{
+    const struct config *cfg = s->srv->cfg;
+    if (s->closing)
+        return;
+    if (s->bstate == B_CONNECTING && now - s->connect_started >= cfg->connect_timeout) {
+        uv_close(&s->backend.handle, on_handle_closed);
+        s->bstate = B_CLOSING;
+        snprintf(s->srv->down_reason, sizeof s->srv->down_reason,
+                 "ERR ttlguard: backend %s unavailable: connect timed out after %u ms",
+                 s->srv->backend_name, cfg->connect_timeout);
+        s->srv->stats.backend_connect_errors++;
+        return;
+    }
+    if (s->bstate == B_DOWN && !s->client_reading && !s->closing && !s->close_after_flush &&
+        !s->draining) {
+        on_backend_closed_then_serve(s);
+        return;
+    }
+    if (cfg->client_idle_timeout > 0 && s->qlen == 0 && !s->monitor &&
+        s->nchan + s->npat + s->nshard == 0 &&
+        now - s->last_active >= (uint64_t)cfg->client_idle_timeout * 1000) {
+        session_close(s);
+        return;
+    }
+    if (s->draining && s->qlen == 0 && reply_scanner_idle(&s->rs))
+        finish_after_flush(s);
+}
+
+void session_drain(struct session *s)
+{
+    s->draining = 1;
+    client_read_stop(s);
+    if (s->qlen == 0 || s->bstate != B_READY)
+        finish_after_flush(s);
+}
+
+struct session *session_next(const struct session *s)
+{
+    return s->next;
+}

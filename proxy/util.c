@@ -1,0 +1,216 @@
+/*
+ * util: logging, allocation, small parsers. See util.h for the conventions.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <limits.h>
+
+#include "util.h"
+
+enum log_level log_threshold = LOG_INFO;
+
+static const char *level_names[] = { "debug", "info", "warn", "error" };
+
+void log_write(enum log_level level, const char *fmt, ...)
+{
+    if (level < log_threshold)
+        return;
+
+    char ts[32];
+    struct timespec tv;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &tv);
+    gmtime_r(&tv.tv_sec, &tm);
+    size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + n, sizeof ts - n, ".%03ldZ", tv.tv_nsec / 1000000);
+
+    /* One fprintf per line so concurrent writers to stderr do not interleave
+     * within a line. */
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s ttlguard %s: %s\n", ts, level_names[level], msg);
+}
+
+void ttlg_assert_fail(const char *cond, const char *file, int line)
+{
+    log_error("assertion failed: %s (%s:%d)", cond, file, line);
+    abort();
+}
+
+static void oom(size_t n)
+{
+    log_error("out of memory allocating %zu bytes", n);
+    abort();
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL)
+        oom(n);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL)
+        oom(n * size);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (p == NULL)
+        oom(n);
+    return p;
+}
+
+char *xstrdup(const char *s)
+{
+    return xmemdup(s, strlen(s));
+}
+
+char *xmemdup(const void *p, size_t n)
+{
+    char *d = xmalloc(n + 1);
+    memcpy(d, p, n);
+    d[n] = '\0';
+    return d;
+}
+
+int slice_eq_nocase(struct slice s, const char *word)
+{
+    size_t n = strlen(word);
+    return s.len == n && strncasecmp(s.p, word, n) == 0;
+}
+
+int slice_to_ll(struct slice s, long long *out)
+{
+    /* Same acceptance as redis string2ll: optional '-', digits, no leading
+     * zeros (except "0"), no spaces, fits in a long long. */
+    const char *p = s.p;
+    size_t len = s.len;
+    int neg = 0;
+    unsigned long long v = 0;
+
+    if (len == 0 || len > 20)
+        return -1;
+    if (len == 1 && p[0] == '0') {
+        *out = 0;
+        return 0;
+    }
+    if (p[0] == '-') {
+        neg = 1;
+        p++;
+        len--;
+        if (len == 0)
+            return -1;
+    }
+    if (p[0] < '1' || p[0] > '9')
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        if (v > (ULLONG_MAX - (unsigned)(p[i] - '0')) / 10)
+            return -1;
+        v = v * 10 + (unsigned)(p[i] - '0');
+    }
+    if (neg) {
+        if (v > (unsigned long long)LLONG_MAX + 1)
+            return -1;
+        *out = (long long)(0 - v);
+    } else {
+        if (v > LLONG_MAX)
+            return -1;
+        *out = (long long)v;
+    }
+    return 0;
+}
+
+int addr_parse(const char *text, struct addr *a, char *err, size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    if (strncmp(text, "unix:", 5) == 0) {
+        const char *path = text + 5;
+        if (*path == '\0') {
+            snprintf(err, errlen, "'%s': empty unix socket path", text);
+            return -1;
+        }
+        if (strlen(path) >= 108) {      /* sun_path */
+            snprintf(err, errlen, "'%s': unix socket path too long (max 107 bytes)", text);
+            return -1;
+        }
+        a->is_unix = 1;
+        snprintf(a->host, sizeof a->host, "%s", path);
+        return 0;
+    }
+
+    const char *colon;
+    const char *host = text;
+    size_t hostlen;
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (close == NULL || close[1] != ':') {
+            snprintf(err, errlen, "'%s': expected [ipv6]:port", text);
+            return -1;
+        }
+        host = text + 1;
+        hostlen = (size_t)(close - host);
+        colon = close + 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (colon == NULL) {
+            snprintf(err, errlen, "'%s': expected host:port or unix:/path", text);
+            return -1;
+        }
+        hostlen = (size_t)(colon - text);
+    }
+    if (hostlen == 0 || hostlen >= sizeof a->host) {
+        snprintf(err, errlen, "'%s': bad host", text);
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 1 || port > 65535) {
+        snprintf(err, errlen, "'%s': port must be a number from 1 to 65535", text);
+        return -1;
+    }
+    memcpy(a->host, host, hostlen);
+    a->host[hostlen] = '\0';
+    a->port = (int)port;
+    return 0;
+}
+
+void addr_format(const struct addr *a, char *out, size_t outlen)
+{
+    if (a->is_unix)
+        snprintf(out, outlen, "unix:%s", a->host);
+    else if (strchr(a->host, ':') != NULL)
+        snprintf(out, outlen, "[%s]:%d", a->host, a->port);
+    else
+        snprintf(out, outlen, "%s:%d", a->host, a->port);
+}
+
+uint64_t now_ms_monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t now_ms_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,76 @@
+/*
+ * util: logging, allocation and address parsing shared by every module.
+ *
+ * Error convention (whole tree): functions that can fail return 0 on success
+ * and -1 on failure, and write a human-readable reason into a caller-supplied
+ * buffer (`char *err, size_t errlen`) when they take one. libuv calls return
+ * negative UV_E* codes; we turn them into text with uv_strerror() at the edge.
+ * Nobody reads errno after a call returns.
+ */
+#ifndef TTLG_UTIL_H
+#define TTLG_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+
+/* A view into bytes owned by someone else: never freed through the slice. */
+struct slice {
+    const char *p;
+    size_t len;
+};
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+extern enum log_level log_threshold;
+
+void log_write(enum log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...)  log_write(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  log_write(LOG_INFO, __VA_ARGS__)
+#ifdef TTLG_DEBUG
+#define log_debug(...) do { if (log_threshold <= LOG_DEBUG) log_write(LOG_DEBUG, __VA_ARGS__); } while (0)
+#else
+#define log_debug(...) do { } while (0)
+#endif
+
+/* Assertions that stay on in debug and sanitizer builds (like redis serverAssert). */
+#ifdef TTLG_DEBUG
+#define ASSERT(c) do { if (!(c)) ttlg_assert_fail(#c, __FILE__, __LINE__); } while (0)
+#else
+#define ASSERT(c) do { } while (0)
+#endif
+void ttlg_assert_fail(const char *cond, const char *file, int line) __attribute__((noreturn));
+
+/* Allocation that cannot fail: out of memory aborts with a message, as redis does. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xmemdup(const void *p, size_t n);   /* NUL-terminated copy of n bytes */
+
+/* Case-insensitive compare of a slice with a NUL-terminated ASCII word. */
+int slice_eq_nocase(struct slice s, const char *word);
+
+/* Parse a whole slice as a signed decimal integer as redis does (string2ll).
+ * Returns 0 on success, -1 when not an integer or out of range. */
+int slice_to_ll(struct slice s, long long *out);
+
+/* A listen or backend address: "host:port", "[v6]:port" or "unix:/path". */
+struct addr {
+    int is_unix;
+    char host[256];     /* numeric address or name; or the socket path when is_unix */
+    int port;
+};
+
+int addr_parse(const char *text, struct addr *a, char *err, size_t errlen);
+/* Format for messages: "127.0.0.1:6379" or "unix:/tmp/redis.sock". */
+void addr_format(const struct addr *a, char *out, size_t outlen);
+
+/* Monotonic milliseconds and wall-clock milliseconds since the epoch. */
+uint64_t now_ms_monotonic(void);
+uint64_t now_ms_wall(void);
+
+#endif
