@@ -26,6 +26,8 @@ struct stats {
     uint64_t backend_connects;
     uint64_t backend_connect_errors;
     uint64_t requests;               /* requests framed from clients */
+    uint64_t rewritten;              /* requests rewritten by a TTL rule */
+    uint64_t rejected;               /* requests refused by a TTL rule */
     uint64_t bytes_from_clients;
     uint64_t bytes_to_backends;
     uint64_t bytes_from_backends;

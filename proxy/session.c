@@ -39,6 +39,7 @@
 
 #include "session.h"
 #include "server.h"
+#include "policy.h"
 #include "resp_request.h"
 #include "resp_reply.h"
 #include "util.h"
@@ -72,6 +73,7 @@ enum pend_what {
     PW_RESET,       /* reply resets protocol state */
     PW_SUB,         /* RESP2 (un)subscribe: `remaining` confirmations */
     PW_AUTH,        /* backend AUTH sent by the proxy */
+    PW_REPLACE,     /* PK_INTERNAL: the client gets `local` instead of the backend's reply */
 };
 
 enum sub_kind { SUB_CHANNEL, SUB_PATTERN, SUB_SHARD };
@@ -137,6 +139,13 @@ struct session {
     unsigned monitor:1;
     unsigned reply_off:1;           /* CLIENT REPLY OFF */
     unsigned reply_skip:1;          /* CLIENT REPLY SKIP: the next command gets no reply */
+    unsigned in_multi:1;            /* between MULTI and EXEC/DISCARD */
+    unsigned multi_dirty:1;         /* a command in this MULTI was rejected: EXEC aborts */
+    int db;                         /* SELECTed db, for events */
+    char *client_name;              /* CLIENT SETNAME, for events; NULL when unset */
+    char *client_addr;              /* peer address, filled on first event */
+    struct sbuf multi_fix;          /* follow-ups deferred to after EXEC */
+    int multi_nfix;
 
     /* Client input: only the partial request that spans reads lives here. */
     char *ibuf;
@@ -187,6 +196,7 @@ static void on_write(uv_write_t *req, int status)
 {
     struct wchunk *c = (struct wchunk *)req;
     struct session *s = c->s;
+    uv_stream_t *dst = req->handle;
     free(c);
     if (status < 0) {
         if (status != UV_ECANCELED && !s->closing) {
@@ -199,10 +209,10 @@ static void on_write(uv_write_t *req, int status)
         return;
     /* Resume the side we stopped reading once the queue drained to half. */
     size_t limit = s->srv->cfg->max_buffer;
-    if (req->handle == &s->backend.stream) {
+    if (dst == &s->backend.stream) {
         client_maybe_resume(s);
     } else {
-        if (!s->backend_reading && uv_stream_get_write_queue_size(req->handle) <= limit / 2)
+        if (!s->backend_reading && uv_stream_get_write_queue_size(dst) <= limit / 2)
             backend_read_start(s);
         maybe_finish(s);
     }
@@ -447,6 +457,9 @@ static void on_handle_closed(uv_handle_t *h)
         q_pop(s);
     free(s->q);
     free(s->ibuf);
+    free(s->client_name);
+    free(s->client_addr);
+    free(s->multi_fix.p);
     req_framer_free(s->framer);
     free(s);
 }
@@ -597,10 +610,18 @@ static void track_request(struct session *s, const struct request *req, struct p
     struct slice cmd = req->argv[0];
     switch (cmd.len) {
     case 5:
-        if (slice_eq_nocase(cmd, "hello"))
+        if (slice_eq_nocase(cmd, "hello")) {
+            /* Later requests of the same pipeline are judged in the new
+             * protocol: assume HELLO succeeds, undo when it fails. */
+            long long ver;
             p->what = PW_HELLO;
-        else if (slice_eq_nocase(cmd, "reset"))
+            p->subkind = s->resp3;
+            if (req->argc >= 2 && slice_to_ll(req->argv[1], &ver) == 0 && (ver == 2 || ver == 3))
+                s->resp3 = ver == 3;
+        } else if (slice_eq_nocase(cmd, "reset")) {
             p->what = PW_RESET;
+            s->resp3 = 0;
+        }
         break;
     case 7:
         if (slice_eq_nocase(cmd, "monitor"))
@@ -664,14 +685,98 @@ static int track_client_reply(struct session *s, const struct request *req, int 
     return 1;
 }
 
+/* Who is asking, for the event log. */
+static const struct ev_client *client_info(struct session *s, struct ev_client *c)
+{
+    if (s->client_addr == NULL) {
+        struct sockaddr_storage ss;
+        int len = sizeof ss;
+        char host[64] = "unix";
+        int port = 0;
+        if (s->client.handle.type == UV_TCP &&
+            uv_tcp_getpeername(&s->client.tcp, (struct sockaddr *)&ss, &len) == 0) {
+            if (ss.ss_family == AF_INET6) {
+                uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
+                port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+            } else {
+                uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof host);
+                port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            }
+        }
+        char buf[96];
+        if (port)
+            snprintf(buf, sizeof buf, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+        else
+            snprintf(buf, sizeof buf, "%s", host);
+        s->client_addr = xstrdup(buf);
+    }
+    c->addr = s->client_addr;
+    c->name = s->client_name;
+    c->db = s->db;
+    return c;
+}
+
+/* State the events need: SELECT, CLIENT SETNAME, RESET. Set when forwarded:
+ * a refused SELECT leaves a wrong db in an event, nothing else. */
+static void track_identity(struct session *s, const struct request *req)
+{
+    struct slice cmd = req->argv[0];
+    long long db;
+    if (req->argc == 2 && slice_eq_nocase(cmd, "select")) {
+        if (slice_to_ll(req->argv[1], &db) == 0)
+            s->db = (int)db;
+    } else if (req->argc == 3 && slice_eq_nocase(cmd, "client") &&
+               slice_eq_nocase(req->argv[1], "setname")) {
+        free(s->client_name);
+        s->client_name = req->argv[2].len ? xmemdup(req->argv[2].p, req->argv[2].len) : NULL;
+    } else if (req->argc == 1 && slice_eq_nocase(cmd, "reset")) {
+        s->db = 0;
+        free(s->client_name);
+        s->client_name = NULL;
+        s->in_multi = 0;
+        s->multi_dirty = 0;
+        s->multi_fix.len = 0;
+        s->multi_nfix = 0;
+    }
+}
+
+enum { MT_NONE, MT_MULTI, MT_EXEC, MT_DISCARD };
+
+static int multi_cmd(const struct request *req)
+{
+    if (req->argc != 1)
+        return MT_NONE;
+    if (slice_eq_nocase(req->argv[0], "multi"))
+        return MT_MULTI;
+    if (slice_eq_nocase(req->argv[0], "exec"))
+        return MT_EXEC;
+    if (slice_eq_nocase(req->argv[0], "discard"))
+        return MT_DISCARD;
+    return MT_NONE;
+}
+
+/* A follow-up request whose reply the proxy swallows. Redis does not answer
+ * it under CLIENT REPLY OFF, so then nothing is waited for. */
+static void send_internal(struct session *s, const char *p, size_t len, int count)
+{
+    room_for(s, &tob, 1);
+    batch_add_copy(&tob, p, len);
+    if (s->reply_off)
+        return;
+    struct pending *e = q_push(s);
+    e->kind = PK_INTERNAL;
+    e->remaining = count;
+}
+
 static void handle_request(struct session *s, const struct request *req)
 {
-    s->srv->stats.requests++;
+    struct server *srv = s->srv;
+    srv->stats.requests++;
 
     if (s->bstate != B_READY) {
         /* B_DOWN: nothing can run. */
         if (!s->reply_off && !s->reply_skip)
-            queue_error(s, s->srv->down_reason);
+            queue_error(s, srv->down_reason);
         s->reply_skip = 0;
         return;
     }
@@ -683,16 +788,98 @@ static void handle_request(struct session *s, const struct request *req)
         s->reply_skip = 0;
     }
 
-    room_for(s, &tob, 1);
-    batch_add(&tob, req->raw.p, req->raw.len);
-
-    if (replies == 0)
+    static struct rewrite rw;
+    enum verdict v = V_FORWARD;
+    rw.followup.len = 0;
+    if (!policy_inactive(srv->cfg)) {
+        struct ev_client c;
+        struct policy_ctx ctx = { s->resp3, s->in_multi, NULL };
+        ctx.client = client_info(s, &c);
+        v = policy_check(srv->cfg, req, &ctx, &rw);
+    }
+    if (v == V_REJECT) {
+        srv->stats.rejected++;
+        if (s->in_multi)
+            s->multi_dirty = 1;     /* refused at queue time: EXEC must abort */
+        if (replies)
+            queue_local(s, rw.err.p, rw.err.len, 0);
         return;
-    struct pending pe = { .kind = PK_FORWARD, .remaining = 1 };
-    if (!track_pubsub(s, req, &pe))
-        track_request(s, req, &pe);
-    if (pe.remaining != 0)          /* RESP3 pub/sub: confirmations are pushes */
-        *q_push(s) = pe;
+    }
+
+    int mt = multi_cmd(req);
+    if (mt == MT_EXEC && s->in_multi && s->multi_dirty) {
+        /* Redis would answer EXECABORT: discard the transaction instead. */
+        static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+        static const char abort_line[] =
+            "-EXECABORT Transaction discarded because of previous errors.\r\n";
+        room_for(s, &tob, 1);
+        batch_add_copy(&tob, discard, sizeof discard - 1);
+        s->in_multi = 0;
+        s->multi_dirty = 0;
+        s->multi_fix.len = 0;
+        s->multi_nfix = 0;
+        if (replies) {
+            struct pending *e = q_push(s);
+            e->kind = PK_INTERNAL;
+            e->what = PW_REPLACE;
+            e->local = abort_line;
+            e->local_len = sizeof abort_line - 1;
+        }
+        return;
+    }
+    track_identity(s, req);
+
+    room_for(s, &tob, 2);
+    if (v == V_REWRITE) {
+        srv->stats.rewritten++;
+        batch_add_copy(&tob, rw.pre.p, rw.pre.len);
+        if (rw.orig_args.len)
+            batch_add(&tob, rw.orig_args.p, rw.orig_args.len);
+    } else {
+        batch_add(&tob, req->raw.p, req->raw.len);
+    }
+
+    if (replies) {
+        struct pending pe = { .kind = PK_FORWARD, .remaining = 1 };
+        if (!track_pubsub(s, req, &pe))
+            track_request(s, req, &pe);
+        if (pe.remaining != 0)          /* RESP3 pub/sub: confirmations are pushes */
+            *q_push(s) = pe;
+    }
+
+    if (rw.followup.len > 0) {
+        if (s->in_multi && mt == MT_NONE) {
+            /* Inside MULTI the follow-up would add an element to EXEC's
+             * reply: run it after EXEC instead. */
+            if (s->multi_fix.len + rw.followup.len > s->multi_fix.cap) {
+                s->multi_fix.cap = (s->multi_fix.len + rw.followup.len) * 2;
+                s->multi_fix.p = xrealloc(s->multi_fix.p, s->multi_fix.cap);
+            }
+            memcpy(s->multi_fix.p + s->multi_fix.len, rw.followup.p, rw.followup.len);
+            s->multi_fix.len += rw.followup.len;
+            s->multi_nfix++;
+        } else {
+            send_internal(s, rw.followup.p, rw.followup.len, 1);
+        }
+    }
+
+    switch (mt) {
+    case MT_MULTI:
+        s->in_multi = 1;
+        break;
+    case MT_EXEC:
+        if (s->multi_nfix > 0)
+            send_internal(s, s->multi_fix.p, s->multi_fix.len, s->multi_nfix);
+        /* fall through */
+    case MT_DISCARD:
+        s->in_multi = 0;
+        s->multi_dirty = 0;
+        s->multi_fix.len = 0;
+        s->multi_nfix = 0;
+        break;
+    default:
+        break;
+    }
 }
 
 /* Frame and handle every complete request in data[0..len). When the bytes
@@ -844,10 +1031,8 @@ static void reply_done(struct session *s, char type)
 
     switch (head->what) {
     case PW_HELLO:
-        if (type == '%')
-            s->resp3 = 1;
-        else if (type == '*')
-            s->resp3 = 0;
+        if (type == '-')
+            s->resp3 = head->subkind;   /* refused: the protocol did not change */
         break;
     case PW_MONITOR:
         if (type == '+')
@@ -866,6 +1051,10 @@ static void reply_done(struct session *s, char type)
             apply_confirmation(s);
         else
             head->remaining = 1;    /* an error ends it */
+        break;
+    case PW_REPLACE:
+        room_for(s, &toc, 1);
+        batch_add_copy(&toc, head->local, head->local_len);
         break;
     case PW_AUTH:
         if (type == '+') {

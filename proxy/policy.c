@@ -1,0 +1,499 @@
+/*
+ * policy: a request and the rules -> a verdict (see policy.h).
+ *
+ * Rewrites are atomic and reply-identical: the command runs inside one Lua
+ * script (WRAP_LUA) that also puts the TTL back, so no other client, no crash
+ * and no failover can observe the key without its TTL in between, and the
+ * script returns exactly what the command returned (redis.pcall's result,
+ * errors included). Lua turns a nil bulk into false, which Redis turns back
+ * into the null of the caller's protocol; only doubles need the script to
+ * speak RESP3 (ZINCRBY, ZADD ... INCR), whose double Redis then writes as a
+ * bulk string for a RESP2 caller, exactly as the command itself does. EVAL carries the script body every
+ * time, so SCRIPT FLUSH, a restart or a failover can never produce NOSCRIPT.
+ *
+ * Blocking commands cannot block inside a script, and commands flagged
+ * noscript cannot run in one at all: those run as sent and are followed by a
+ * FIX_LUA call in the same pipeline (its reply is swallowed by the session).
+ * That closes the gap as soon as Redis executes the next command of this
+ * connection, but is not atomic; README "Limits" says so.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "policy.h"
+#include "util.h"
+
+#define MAX_WRAP_ARGS 7000      /* Lua's unpack() limit is ~8000 values */
+
+/* KEYS: the keys to protect. ARGV: ttl per key, mode per key ('c': may be
+ * created, keep its TTL; 'o': may be overwritten, restore its expire time),
+ * '3' or '2' (protocol for doubles), then the command and its arguments. */
+static const char WRAP_LUA[] =
+    "local n=#KEYS local t={} "
+    "for i=1,n do if ARGV[n+i]=='o' then t[i]=redis.call('PEXPIRETIME',KEYS[i]) end end "
+    "if ARGV[2*n+1]=='3' then redis.setresp(3) end "
+    "local r=redis.pcall(unpack(ARGV,2*n+2)) "
+    "if type(r)=='table' and r.err then return r end "
+    "for i=1,n do local k=KEYS[i] if redis.call('PTTL',k)==-1 then "
+    "local e=t[i] if e and e>0 then redis.call('PEXPIREAT',k,e) "
+    "else redis.call('EXPIRE',k,ARGV[i]) end end end "
+    "return r";
+
+/* KEYS: keys that must not be left without a TTL; ARGV: ttl per key. */
+static const char FIX_LUA[] =
+    "for i,k in ipairs(KEYS) do if redis.call('PTTL',k)==-1 then "
+    "redis.call('EXPIRE',k,ARGV[i]) end end return 0";
+
+/* One key's finding. */
+struct finding {
+    int argi;                   /* the key in argv */
+    const struct rule *rule;
+    enum ev_effect effect;
+    enum ev_action action;
+    int ttl_argi;               /* exceeds-max-ttl: the argument to cap */
+    unsigned char unit;
+};
+
+static struct key_ref *keys;
+static struct finding *found;
+static struct slice *nargv;     /* argv of a rewritten command */
+static int cap;                 /* of the three arrays above */
+static char numbuf[8][24];      /* new numeric arguments */
+
+/* ------------------------------------------------------------------------ */
+/* Encoding                                                                  */
+
+static void sb_reserve(struct sbuf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return;
+    b->cap = (b->len + more) * 2;
+    b->p = xrealloc(b->p, b->cap);
+}
+
+static void sb_add(struct sbuf *b, const void *p, size_t n)
+{
+    sb_reserve(b, n);
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    sb_reserve(b, (size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static void sb_bulk(struct sbuf *b, const char *p, size_t n)
+{
+    sb_printf(b, "$%zu\r\n", n);
+    sb_add(b, p, n);
+    sb_add(b, "\r\n", 2);
+}
+
+static void sb_bulk_str(struct sbuf *b, const char *s)
+{
+    sb_bulk(b, s, strlen(s));
+}
+
+static void sb_bulk_ll(struct sbuf *b, long long v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%lld", v);
+    sb_bulk(b, tmp, (size_t)n);
+}
+
+static void sb_args(struct sbuf *b, int argc, const struct slice *argv)
+{
+    for (int i = 0; i < argc; i++)
+        sb_bulk(b, argv[i].p, argv[i].len);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int policy_inactive(const struct config *cfg)
+{
+    return cfg->rules.n == 0 && cfg->rules.dflt.action == ACTION_ALLOW;
+}
+
+static void ensure_cap(int argc)
+{
+    if (argc <= cap)
+        return;
+    cap = argc * 2;
+    keys = xrealloc(keys, sizeof *keys * (size_t)cap);
+    found = xrealloc(found, sizeof *found * (size_t)cap);
+    nargv = xrealloc(nargv, sizeof *nargv * (size_t)cap);
+}
+
+/* The TTL argument as seconds from now; -1 when it is not a number (Redis
+ * will refuse the command itself). */
+static int ttl_seconds(struct slice arg, enum ttl_unit unit, long long *secs)
+{
+    long long v;
+    if (slice_to_ll(arg, &v) != 0)
+        return -1;
+    switch (unit) {
+    case TTL_SEC:      *secs = v; break;
+    case TTL_MS:       *secs = v / 1000; break;
+    case TTL_UNIX_SEC: *secs = v - (long long)(now_ms_wall() / 1000); break;
+    case TTL_UNIX_MS:  *secs = (v - (long long)now_ms_wall()) / 1000; break;
+    }
+    return 0;
+}
+
+static long long ttl_in_unit(long long secs, enum ttl_unit unit)
+{
+    switch (unit) {
+    case TTL_SEC:      return secs;
+    case TTL_MS:       return secs * 1000;
+    case TTL_UNIX_SEC: return (long long)(now_ms_wall() / 1000) + secs;
+    case TTL_UNIX_MS:  return (long long)now_ms_wall() + secs * 1000;
+    }
+    return secs;
+}
+
+/* EXPIRE key ttl [NX|XX|GT|LT]: can it extend an existing TTL? */
+static int expire_may_extend(int argc, const struct slice *argv)
+{
+    for (int i = 3; i < argc; i++)
+        if (slice_eq_nocase(argv[i], "nx") || slice_eq_nocase(argv[i], "lt"))
+            return 0;
+    return 1;
+}
+
+/* Printable key for an error line: no CR/LF, bounded. */
+static void sb_key(struct sbuf *b, struct slice key)
+{
+    size_t n = key.len > 100 ? 100 : key.len;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)key.p[i];
+        if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\')
+            sb_add(b, &key.p[i], 1);
+        else
+            sb_printf(b, "\\x%02x", c);
+    }
+    if (n < key.len)
+        sb_add(b, "...", 3);
+}
+
+static void build_reject(struct sbuf *b, struct slice cmd, struct slice key,
+                         const struct finding *f)
+{
+    const struct rule *r = f->rule;
+    char name[33];
+    size_t n = cmd.len < 32 ? cmd.len : 32;
+    for (size_t i = 0; i < n; i++) {
+        char c = cmd.p[i];
+        name[i] = (char)((c >= 'a' && c <= 'z') ? c - 32 : (c < 0x20 || c > 0x7e) ? '?' : c);
+    }
+    name[n] = '\0';
+
+    b->len = 0;
+    sb_printf(b, "-TTLGUARD %s would ", name);
+    switch (f->effect) {
+    case EFF_CREATES_WITHOUT_TTL: sb_printf(b, "create without a TTL '"); break;
+    case EFF_DROPS_TTL:           sb_printf(b, "drop the TTL of '"); break;
+    case EFF_PERSIST:             sb_printf(b, "remove the TTL of '"); break;
+    case EFF_EXCEEDS_MAX_TTL:     sb_printf(b, "set a TTL above max_ttl %lld s on '", r->max_ttl); break;
+    case EFF_EXTENDS_TTL:         sb_printf(b, "extend the TTL of '"); break;
+    default: break;
+    }
+    sb_key(b, key);
+    sb_printf(b, "' (rule %s): ", r->label);
+
+    long long ttl = r->ttl > 0 ? r->ttl : 3600;
+    switch (f->effect) {
+    case EFF_CREATES_WITHOUT_TTL:
+        if (slice_eq_nocase(cmd, "set") || slice_eq_nocase(cmd, "setnx"))
+            sb_printf(b, "give it a TTL in the same call: SET key value EX %lld", ttl);
+        else
+            sb_printf(b, "give it a TTL in the same MULTI/EXEC or script: "
+                         "%s ...; EXPIRE key %lld NX", name, ttl);
+        break;
+    case EFF_DROPS_TTL:
+        if (slice_eq_nocase(cmd, "set") || slice_eq_nocase(cmd, "getset"))
+            sb_printf(b, "keep the TTL with SET key value KEEPTTL%s, or set one with EX %lld",
+                      slice_eq_nocase(cmd, "getset") ? " GET" : "", ttl);
+        else
+            sb_printf(b, "read PEXPIRETIME first and restore it with PEXPIREAT in the same "
+                         "MULTI/EXEC or script, or add EXPIRE key %lld", ttl);
+        break;
+    case EFF_PERSIST:
+        sb_printf(b, "keys under this rule must expire; change the TTL with EXPIRE key seconds, "
+                     "or register the prefix as [durable]");
+        break;
+    case EFF_EXCEEDS_MAX_TTL:
+        sb_printf(b, "use a TTL of at most %lld seconds", r->max_ttl);
+        break;
+    case EFF_EXTENDS_TTL:
+        sb_printf(b, "the first TTL is a bound (refresh = bound): use EXPIRE key seconds NX");
+        break;
+    default:
+        break;
+    }
+    sb_add(b, "\r\n", 2);
+}
+
+/* The request's bytes after its "*N\r\n" line, for reuse in a rewrite. */
+static struct slice args_span(const struct request *req)
+{
+    struct slice s = { NULL, 0 };
+    if (req->inline_cmd)
+        return s;
+    const char *nl = memchr(req->raw.p, '\n', req->raw.len);
+    s.p = nl + 1;
+    s.len = req->raw.len - (size_t)(s.p - req->raw.p);
+    return s;
+}
+
+/* FIX_LUA over the protected keys. */
+static void build_followup(struct sbuf *b, const struct request *req, int np)
+{
+    b->len = 0;
+    sb_printf(b, "*%d\r\n", 3 + 2 * np);
+    sb_bulk_str(b, "EVAL");
+    sb_bulk_str(b, FIX_LUA);
+    sb_bulk_ll(b, np);
+    for (int i = 0; i < np; i++)
+        sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+    for (int i = 0; i < np; i++)
+        sb_bulk_ll(b, found[i].rule->ttl);
+}
+
+/* Scripts and functions declare their keys; what they do to them happens out
+ * of sight. Record them; in rewrite mode make sure they end with a TTL. */
+static enum verdict check_script(const struct config *cfg, const struct request *req, int nk,
+                                 const struct policy_ctx *ctx, struct rewrite *rw)
+{
+    int np = 0, nrule = 0;
+    char detail[512];
+    size_t dl = 0;
+
+    for (int i = 0; i < nk; i++) {
+        struct slice key = req->argv[keys[i].argi];
+        const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
+        if (r->kind == RULE_DURABLE || r->action == ACTION_ALLOW)
+            continue;
+        nrule++;
+        if (dl < sizeof detail - 1)
+            dl += (size_t)snprintf(detail + dl, sizeof detail - dl, "%s%.*s", nrule == 1 ? "keys=" : ",",
+                                   (int)(key.len > 64 ? 64 : key.len), key.p);
+        if (r->action == ACTION_REWRITE && r->ttl > 0) {
+            found[np].argi = keys[i].argi;
+            found[np].rule = r;
+            np++;
+        }
+    }
+    if (nrule == 0)
+        return V_FORWARD;
+    if (dl >= sizeof detail)
+        dl = sizeof detail - 1;
+    detail[dl] = '\0';
+    events_unverified(req->argv[0], detail, ctx->client);
+    if (np > 0)
+        build_followup(&rw->followup, req, np);
+    return V_FORWARD;
+}
+
+enum verdict policy_check(const struct config *cfg, const struct request *req,
+                          const struct policy_ctx *ctx, struct rewrite *rw)
+{
+    rw->pre.len = 0;
+    rw->followup.len = 0;
+    rw->err.len = 0;
+    rw->orig_args.len = 0;
+
+    if (policy_inactive(cfg))
+        return V_FORWARD;
+
+    struct slice name = req->argv[0];
+    const struct command *cmd = command_lookup(name.p, name.len);
+    if (cmd == NULL) {
+        if (!command_is_known(name.p, name.len))
+            events_unverified(name, "unknown command", ctx->client);
+        return V_FORWARD;
+    }
+    unsigned flags = command_flags(cmd);
+    if (!command_arity_ok(cmd, req->argc))
+        return V_FORWARD;           /* Redis answers the arity error */
+    if (flags & CMD_UNVERIFIED) {
+        events_unverified(name, "not judged by the proxy", ctx->client);
+        return V_FORWARD;
+    }
+
+    ensure_cap(req->argc);
+    int nk = command_keys(cmd, req->argc, req->argv, keys);
+    if (nk == -2) {
+        events_unverified(name, "not judged by the proxy", ctx->client);
+        return V_FORWARD;
+    }
+    if (nk <= 0)
+        return V_FORWARD;
+    if (flags & CMD_SCRIPT)
+        return check_script(cfg, req, nk, ctx, rw);
+
+    int nf = 0, reject = -1, rewrite = 0;
+    for (int i = 0; i < nk; i++) {
+        struct slice key = req->argv[keys[i].argi];
+        const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
+        if (r->kind == RULE_DURABLE) {
+            events_durable_write(r, name, key, keys[i].effect == TE_SETS_TTL, ctx->client);
+            continue;
+        }
+        if (r->action == ACTION_ALLOW)
+            continue;
+
+        struct finding *f = &found[nf];
+        f->argi = keys[i].argi;
+        f->rule = r;
+        f->ttl_argi = -1;
+        switch (keys[i].effect) {
+        case TE_CREATE:
+            f->effect = EFF_CREATES_WITHOUT_TTL;
+            break;
+        case TE_OVERWRITE:
+            f->effect = EFF_DROPS_TTL;
+            break;
+        case TE_PERSIST:
+            f->effect = EFF_PERSIST;
+            break;
+        case TE_SETS_TTL: {
+            long long secs;
+            if (keys[i].ttl_argi < 0 ||
+                ttl_seconds(req->argv[keys[i].ttl_argi], keys[i].ttl_unit, &secs) != 0)
+                continue;
+            int bound = (flags & CMD_EXPIRE) && r->refresh == REFRESH_BOUND &&
+                        expire_may_extend(req->argc, req->argv);
+            if (r->max_ttl > 0 && secs > r->max_ttl) {
+                f->effect = EFF_EXCEEDS_MAX_TTL;
+                f->ttl_argi = keys[i].ttl_argi;
+                f->unit = keys[i].ttl_unit;
+                if (bound) {
+                    /* capped and bound: a second finding for the same key */
+                    f->action = r->action == ACTION_LOG ? EACT_LOGGED :
+                                r->action == ACTION_REJECT ? EACT_REJECTED : EACT_REWRITTEN;
+                    if (f->action == EACT_REJECTED && reject < 0)
+                        reject = nf;
+                    rewrite |= f->action == EACT_REWRITTEN;
+                    nf++;
+                    f = &found[nf];
+                    *f = found[nf - 1];
+                    f->effect = EFF_EXTENDS_TTL;
+                }
+            } else if (bound) {
+                f->effect = EFF_EXTENDS_TTL;
+            } else {
+                continue;
+            }
+            break;
+        }
+        default:
+            continue;
+        }
+
+        switch (r->action) {
+        case ACTION_LOG:
+            f->action = EACT_LOGGED;
+            break;
+        case ACTION_REJECT:
+            /* A bound cannot be checked without reading the key: the NX form
+             * enforces it whatever the key holds. */
+            f->action = f->effect == EFF_EXTENDS_TTL ? EACT_REWRITTEN : EACT_REJECTED;
+            break;
+        default:
+            f->action = f->effect == EFF_PERSIST ? EACT_REJECTED : EACT_REWRITTEN;
+            break;
+        }
+        if (f->action == EACT_REJECTED && reject < 0)
+            reject = nf;
+        if (f->action == EACT_REWRITTEN)
+            rewrite = 1;
+        nf++;
+    }
+    if (nf == 0)
+        return V_FORWARD;
+
+    if (reject >= 0) {
+        /* The command does not run: every finding was refused with it. */
+        for (int i = 0; i < nf; i++)
+            events_violation(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
+                             EACT_REJECTED, ctx->client);
+        build_reject(&rw->err, name, req->argv[found[reject].argi], &found[reject]);
+        return V_REJECT;
+    }
+    for (int i = 0; i < nf; i++)
+        events_violation(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
+                         found[i].action, ctx->client);
+    if (!rewrite)
+        return V_FORWARD;
+
+    /* Arguments that change: capped TTLs, EXPIRE ... NX. */
+    int argc = req->argc, modified = 0, nnum = 0, np = 0;
+    memcpy(nargv, req->argv, sizeof *nargv * (size_t)argc);
+    for (int i = 0; i < nf; i++) {
+        struct finding *f = &found[i];
+        if (f->action != EACT_REWRITTEN)
+            continue;
+        if (f->effect == EFF_EXCEEDS_MAX_TTL && nnum < 8) {
+            int n = snprintf(numbuf[nnum], sizeof numbuf[nnum], "%lld",
+                             ttl_in_unit(f->rule->max_ttl, f->unit));
+            nargv[f->ttl_argi].p = numbuf[nnum];
+            nargv[f->ttl_argi].len = (size_t)n;
+            nnum++;
+            modified = 1;
+        } else if (f->effect == EFF_EXTENDS_TTL) {
+            static const struct slice nx = { "NX", 2 };
+            if (argc > 3)
+                nargv[3] = nx;          /* XX or GT: the flag follows the TTL */
+            else
+                nargv[argc++] = nx;
+            modified = 1;
+        } else if (f->effect == EFF_CREATES_WITHOUT_TTL || f->effect == EFF_DROPS_TTL) {
+            found[np] = *f;             /* compact: protected keys first */
+            found[np].effect = f->effect;
+            np++;
+        }
+    }
+    int can_wrap = np > 0 && !(flags & CMD_NOSCRIPT) &&
+                   !((flags & CMD_BLOCKING) && !ctx->in_multi) && argc < MAX_WRAP_ARGS;
+    struct sbuf *b = &rw->pre;
+    if (can_wrap) {
+        sb_printf(b, "*%d\r\n", 3 + 3 * np + 1 + argc);
+        sb_bulk_str(b, "EVAL");
+        sb_bulk_str(b, WRAP_LUA);
+        sb_bulk_ll(b, np);
+        for (int i = 0; i < np; i++)
+            sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+        for (int i = 0; i < np; i++)
+            sb_bulk_ll(b, found[i].rule->ttl);
+        for (int i = 0; i < np; i++)
+            sb_bulk_str(b, found[i].effect == EFF_DROPS_TTL ? "o" : "c");
+        sb_bulk_str(b, slice_eq_nocase(name, "zincrby") || slice_eq_nocase(name, "zadd") ?
+                       "3" : "2");
+        if (!modified && !req->inline_cmd)
+            rw->orig_args = args_span(req);
+        else
+            sb_args(b, argc, nargv);
+        return V_REWRITE;
+    }
+    if (np > 0)
+        build_followup(&rw->followup, req, np);
+    if (!modified)
+        return V_FORWARD;
+    sb_printf(b, "*%d\r\n", argc);
+    sb_args(b, argc, nargv);
+    return V_REWRITE;
+}

@@ -1,0 +1,57 @@
+/*
+ * policy: a request and the rules -> FORWARD, REWRITE or REJECT.
+ *
+ *   request --command_lookup--> row of the command table
+ *           --command_keys-----> keys written, each with its TTL effect
+ *           --rules_match------> rule per key (longest prefix)
+ *           --per key----------> nothing | violation (log / rewrite / reject) | durable write
+ *           --per command------> one verdict: any reject rejects the command; else any
+ *                                rewrite rewrites it (one atomic script for all its keys)
+ *
+ * Every decision that touches a rule is reported to the events module.
+ */
+#ifndef TTLG_POLICY_H
+#define TTLG_POLICY_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "events.h"
+#include "resp_request.h"
+
+enum verdict {
+    V_FORWARD,      /* send the request unchanged */
+    V_REWRITE,      /* send rw->pre, then the original argument bytes if rw->orig_args */
+    V_REJECT,       /* answer rw->err (a whole "-TTLGUARD ...\r\n" line) instead */
+};
+
+/* A growable byte buffer owned by the policy module. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+};
+
+/* What the policy wants sent. Buffers belong to the policy module and stay
+ * valid until the next policy_check() call. */
+struct rewrite {
+    struct sbuf pre;        /* V_REWRITE: the new request, or its head when orig_args */
+    struct slice orig_args; /* when .len > 0: the original request's bytes after its *N line */
+    struct sbuf followup;   /* when .len > 0: a request to send after this one, whose reply
+                               the proxy swallows (blocking commands, scripts) */
+    struct sbuf err;        /* V_REJECT: the error line, CRLF included */
+};
+
+struct policy_ctx {
+    int resp3;              /* the client speaks RESP3 (HELLO 3) */
+    int in_multi;           /* between MULTI and EXEC: blocking commands do not block */
+    const struct ev_client *client;
+};
+
+/* Decide what to do with req under cfg. Cheap when no rule can apply. */
+enum verdict policy_check(const struct config *cfg, const struct request *req,
+                          const struct policy_ctx *ctx, struct rewrite *rw);
+
+/* 1 when cfg can never do anything but forward (no rules, default allow). */
+int policy_inactive(const struct config *cfg);
+
+#endif
