@@ -106,8 +106,5 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    int rc = server_run(cfg, listen, backend);
-    config_free(cfg);
-    free(cfg);
-    return rc;
+    return server_run(cfg, listen, backend);     /* takes cfg */
 }

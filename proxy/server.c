@@ -7,6 +7,9 @@
 #include <unistd.h>
 #include <sys/resource.h>
 
+#include "audit_conn.h"
+#include "events.h"
+#include "policy.h"
 #include "server.h"
 #include "session.h"
 
@@ -20,12 +23,17 @@ static void on_close_noop(uv_handle_t *h)
 {
 }
 
+static void on_close_free(uv_handle_t *h)
+{
+    free(h);
+}
+
 static void stop_listening(struct server *srv)
 {
-    if (!srv->listening)
+    if (srv->listener == NULL)
         return;
-    srv->listening = 0;
-    uv_close((uv_handle_t *)&srv->listener, on_close_noop);
+    uv_close((uv_handle_t *)srv->listener, on_close_free);
+    srv->listener = NULL;
     if (srv->listen_addr.is_unix)
         unlink(srv->listen_addr.host);
 }
@@ -39,6 +47,9 @@ static void finish_shutdown(struct server *srv)
         uv_close((uv_handle_t *)&srv->cron, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_term, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_int, on_close_noop);
+        uv_close((uv_handle_t *)&srv->sig_hup, on_close_noop);
+        uv_close((uv_handle_t *)&srv->sig_usr1, on_close_noop);
+        events_shutdown();
     }
 }
 
@@ -94,6 +105,152 @@ static void on_signal(uv_signal_t *h, int signum)
     begin_shutdown(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
+/* Listen on a; the new handle is returned in *out (freed when closed). */
+static int start_listening(struct server *srv, const struct addr *a, uv_stream_t **out,
+                           char *err, size_t errlen)
+{
+    int r;
+    union { uv_tcp_t tcp; uv_pipe_t pipe; } *h = xmalloc(sizeof *h);
+    if (a->is_unix) {
+        uv_pipe_init(srv->loop, &h->pipe, 0);
+        unlink(a->host);    /* a stale socket from a previous run, as redis does */
+        r = uv_pipe_bind(&h->pipe, a->host);
+    } else {
+        struct sockaddr_storage ss;
+        uv_tcp_init(srv->loop, &h->tcp);
+        if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss) != 0 &&
+            uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss) != 0) {
+            snprintf(err, errlen, "listen address '%s' is not a numeric IP address", a->host);
+            uv_close((uv_handle_t *)h, on_close_free);
+            return -1;
+        }
+        r = uv_tcp_bind(&h->tcp, (struct sockaddr *)&ss, 0);
+    }
+    h->tcp.data = srv;
+    if (r == 0)
+        r = uv_listen((uv_stream_t *)h, 511, on_connection);
+    if (r != 0) {
+        char name[300];
+        addr_format(a, name, sizeof name);
+        snprintf(err, errlen, "cannot listen on %s: %s", name, uv_strerror(r));
+        uv_close((uv_handle_t *)h, on_close_free);
+        return -1;
+    }
+    *out = (uv_stream_t *)h;
+    return 0;
+}
+
+/* At start and after a reload: which eviction policy does the backend run?
+ * A short blocking check (1 s at most) before the loop serves anyone; the
+ * sessions repeat it on each new backend connection. */
+static void probe_backend_policy(struct server *srv)
+{
+    char err[256];
+    const char *why = NULL;
+    redisReply *reply = NULL;
+    char policy[32] = "";
+
+    if (policy_inactive(srv->cfg))
+        return;
+    struct aconn *c = aconn_open(&srv->backend_addr, 1000, 1000, err, sizeof err);
+    if (c == NULL) {
+        why = err;
+    } else {
+        const struct config *cfg = srv->cfg;
+        if (cfg->backend_password != NULL) {
+            const char *argv[3] = { "AUTH", cfg->backend_username, cfg->backend_password };
+            int argc = cfg->backend_username ? 3 : 2;
+            if (argc == 2)
+                argv[1] = cfg->backend_password;
+            if (aconn_call(c, &reply, err, sizeof err, argc, argv) != 0)
+                why = err;
+            freeReplyObject(reply);
+            reply = NULL;
+        }
+        const char *argv[3] = { "CONFIG", "GET", "maxmemory-policy" };
+        if (why == NULL && aconn_call(c, &reply, err, sizeof err, 3, argv) != 0)
+            why = err;
+        if (why == NULL) {
+            if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+                reply->element[1]->type == REDIS_REPLY_STRING)
+                snprintf(policy, sizeof policy, "%s", reply->element[1]->str);
+            else
+                why = "CONFIG GET refused by the backend";
+        }
+        freeReplyObject(reply);
+        aconn_close(c);
+    }
+    snprintf(srv->backend_policy, sizeof srv->backend_policy, "%s", policy);
+    srv->backend_policy_known = why == NULL;
+    events_backend_policy(srv->cfg, why ? NULL : policy, why);
+}
+
+/* SIGHUP: read the config again. A config with errors is refused and the old
+ * one stays; a good one applies to the next request of every session. The
+ * listen and backend addresses apply to new sessions. */
+static void reload(struct server *srv)
+{
+    char err[1024];
+    struct config *cfg = xcalloc(1, sizeof *cfg);
+    const char *path = srv->cfg->path;
+
+    if (path == NULL) {
+        log_warn("SIGHUP: no config file to reload (started without --config)");
+        free(cfg);
+        return;
+    }
+    if (config_load(path, cfg, err, sizeof err) != 0) {
+        log_error("SIGHUP: config refused, keeping the running one: %s", err);
+        events_config_rejected(path, err);
+        free(cfg);
+        return;
+    }
+
+    struct addr listen_addr = srv->listen_addr, backend_addr = srv->backend_addr;
+    if ((!srv->listen_override && addr_parse(cfg->listen, &listen_addr, err, sizeof err) != 0) ||
+        (!srv->backend_override && addr_parse(cfg->backend, &backend_addr, err, sizeof err) != 0)) {
+        log_error("SIGHUP: config refused, keeping the running one: %s", err);
+        events_config_rejected(path, err);
+        config_free(cfg);
+        free(cfg);
+        return;
+    }
+    char a[300], b[300];
+    addr_format(&listen_addr, a, sizeof a);
+    addr_format(&srv->listen_addr, b, sizeof b);
+    uv_stream_t *listener;
+    if (strcmp(a, b) != 0 && srv->listener != NULL) {
+        if (start_listening(srv, &listen_addr, &listener, err, sizeof err) != 0) {
+            log_error("SIGHUP: %s; still listening on %s", err, b);
+        } else {
+            stop_listening(srv);
+            srv->listener = listener;
+            srv->listen_addr = listen_addr;
+            log_info("SIGHUP: now listening on %s (was %s)", a, b);
+        }
+    }
+    srv->backend_addr = backend_addr;
+    addr_format(&srv->backend_addr, srv->backend_name, sizeof srv->backend_name);
+
+    struct config *old = srv->cfg;
+    srv->cfg = cfg;
+    events_reconfigure(cfg);
+    config_free(old);
+    free(old);
+    log_info("SIGHUP: config %s reloaded (%zu rules)", cfg->path, cfg->rules.n);
+    probe_backend_policy(srv);
+}
+
+static void on_hup(uv_signal_t *h, int signum)
+{
+    reload(h->data);
+}
+
+static void on_usr1(uv_signal_t *h, int signum)
+{
+    events_reopen();
+}
+
 /* 10,000 clients need 20,000 descriptors: take the hard limit when allowed. */
 static void raise_nofile(int max_clients)
 {
@@ -112,39 +269,6 @@ static void raise_nofile(int max_clients)
                  (unsigned long long)rl.rlim_max, max_clients);
 }
 
-static int start_listening(struct server *srv, char *err, size_t errlen)
-{
-    int r;
-    const struct addr *a = &srv->listen_addr;
-    if (a->is_unix) {
-        uv_pipe_init(srv->loop, &srv->listener.pipe, 0);
-        unlink(a->host);    /* a stale socket from a previous run, as redis does */
-        r = uv_pipe_bind(&srv->listener.pipe, a->host);
-    } else {
-        struct sockaddr_storage ss;
-        uv_tcp_init(srv->loop, &srv->listener.tcp);
-        if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss) != 0 &&
-            uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss) != 0) {
-            snprintf(err, errlen, "listen address '%s' is not a numeric IP address", a->host);
-            uv_close((uv_handle_t *)&srv->listener, NULL);
-            return -1;
-        }
-        r = uv_tcp_bind(&srv->listener.tcp, (struct sockaddr *)&ss, 0);
-    }
-    srv->listener.tcp.data = srv;
-    if (r == 0)
-        r = uv_listen((uv_stream_t *)&srv->listener, 511, on_connection);
-    if (r != 0) {
-        char name[300];
-        addr_format(a, name, sizeof name);
-        snprintf(err, errlen, "cannot listen on %s: %s", name, uv_strerror(r));
-        uv_close((uv_handle_t *)&srv->listener, NULL);
-        return -1;
-    }
-    srv->listening = 1;
-    return 0;
-}
-
 int server_run(struct config *cfg, const char *listen_override, const char *backend_override)
 {
     struct server *srv = &the_server;
@@ -153,6 +277,8 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     memset(srv, 0, sizeof *srv);
     srv->loop = uv_default_loop();
     srv->cfg = cfg;
+    srv->listen_override = listen_override != NULL;
+    srv->backend_override = backend_override != NULL;
     if (addr_parse(listen_override ? listen_override : cfg->listen, &srv->listen_addr,
                    err, sizeof err) != 0 ||
         addr_parse(backend_override ? backend_override : cfg->backend, &srv->backend_addr,
@@ -167,20 +293,30 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     signal(SIGPIPE, SIG_IGN);
     raise_nofile(cfg->max_clients);
 
-    if (start_listening(srv, err, sizeof err) != 0) {
+    if (events_init(srv->loop, cfg, err, sizeof err) != 0) {
         log_error("%s", err);
+        return 1;
+    }
+    if (start_listening(srv, &srv->listen_addr, &srv->listener, err, sizeof err) != 0) {
+        log_error("%s", err);
+        events_shutdown();
         uv_run(srv->loop, UV_RUN_NOWAIT);
         return 1;
     }
+    probe_backend_policy(srv);
 
     uv_timer_init(srv->loop, &srv->cron);
     srv->cron.data = srv;
     uv_timer_start(&srv->cron, on_cron, CRON_MS, CRON_MS);
     uv_signal_init(srv->loop, &srv->sig_term);
     uv_signal_init(srv->loop, &srv->sig_int);
-    srv->sig_term.data = srv->sig_int.data = srv;
+    uv_signal_init(srv->loop, &srv->sig_hup);
+    uv_signal_init(srv->loop, &srv->sig_usr1);
+    srv->sig_term.data = srv->sig_int.data = srv->sig_hup.data = srv->sig_usr1.data = srv;
     uv_signal_start(&srv->sig_term, on_signal, SIGTERM);
     uv_signal_start(&srv->sig_int, on_signal, SIGINT);
+    uv_signal_start(&srv->sig_hup, on_hup, SIGHUP);
+    uv_signal_start(&srv->sig_usr1, on_usr1, SIGUSR1);
 
     char lname[300];
     addr_format(&srv->listen_addr, lname, sizeof lname);
@@ -190,6 +326,8 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
 
     uv_loop_close(srv->loop);
     free(srv->rbuf);
+    config_free(srv->cfg);
+    free(srv->cfg);
     log_info("bye");
     return 0;
 }

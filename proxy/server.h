@@ -42,15 +42,15 @@ struct server {
     struct addr backend_addr;
     char backend_name[300];          /* printable backend address for messages */
     char down_reason[512];           /* the error line sessions without a backend answer with */
+    char backend_policy[32];         /* maxmemory-policy last reported */
+    int backend_policy_known;
 
-    union {
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } listener;
-    int listening;
+    uv_stream_t *listener;           /* a uv_tcp_t or uv_pipe_t of our own; NULL when closed */
+    int listen_override;             /* --listen / --backend given: a reload keeps them */
+    int backend_override;
 
     uv_timer_t cron;
-    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
 
     struct session *sessions;        /* all live sessions, doubly linked */
     int nsessions;
@@ -66,7 +66,8 @@ struct server {
     struct stats stats;
 };
 
-/* Start listening and serving with cfg (ownership of cfg passes to srv).
+/* Start listening and serving with cfg (ownership of cfg passes to the server,
+ * which frees it, or its reloaded successors, on the way out).
  * Runs the loop until shutdown; returns the process exit status. */
 int server_run(struct config *cfg, const char *listen_override, const char *backend_override);
 

@@ -38,6 +38,8 @@
 #include <netinet/tcp.h>
 
 #include "session.h"
+#include "events.h"
+#include "stats.h"
 #include "server.h"
 #include "policy.h"
 #include "resp_request.h"
@@ -74,6 +76,7 @@ enum pend_what {
     PW_SUB,         /* RESP2 (un)subscribe: `remaining` confirmations */
     PW_AUTH,        /* backend AUTH sent by the proxy */
     PW_REPLACE,     /* PK_INTERNAL: the client gets `local` instead of the backend's reply */
+    PW_POLICY,      /* PK_INTERNAL: CONFIG GET maxmemory-policy on a new backend connection */
 };
 
 enum sub_kind { SUB_CHANNEL, SUB_PATTERN, SUB_SHARD };
@@ -83,9 +86,11 @@ struct pending {
     uint8_t what;           /* enum pend_what */
     uint8_t subkind;        /* enum sub_kind, for PW_SUB */
     uint8_t local_owned;    /* `local` is malloc'ed and freed when popped */
+    uint8_t rewritten;      /* for the latency histograms */
     int32_t remaining;      /* replies still owed; -1: "as many as subscriptions" (PW_SUB) */
     uint32_t local_len;
     const char *local;      /* PK_LOCAL: the reply bytes */
+    uint64_t t0;            /* uv_hrtime() when forwarded (PK_FORWARD) */
 };
 
 /* Bytes gathered for one direction during one callback. Spans point into
@@ -376,6 +381,19 @@ static void q_pop(struct session *s)
     }
 }
 
+/* The backend connection failed before it was ready: drop what waited for it. */
+static void q_drop_backend_entries(struct session *s)
+{
+    uint32_t n = s->qlen;
+    for (uint32_t i = 0; i < n; i++) {
+        struct pending p = s->q[s->qhead];
+        s->q[s->qhead].local_owned = 0;
+        q_pop(s);
+        if (p.kind == PK_LOCAL)
+            *q_push(s) = p;
+    }
+}
+
 /* Too many requests in flight count against max_buffer like queued bytes:
  * a client that pipelines without reading cannot grow the queue forever. */
 static int q_over_limit(struct session *s)
@@ -439,6 +457,7 @@ static void on_handle_closed(uv_handle_t *h)
         /* A failed connect attempt: the handle can be used again. */
         s->handles--;
         s->bstate = B_DOWN;
+        q_drop_backend_entries(s);
         if (!s->draining && !s->close_after_flush)
             on_backend_closed_then_serve(s);
         return;
@@ -485,6 +504,8 @@ static void maybe_finish(struct session *s)
 {
     if (s->closing || !s->close_after_flush)
         return;
+    if (s->qlen > 0 && s->bstate == B_READY)
+        return;     /* replies still owed (a protocol error waits its turn) */
     if (uv_stream_get_write_queue_size(&s->client.stream) > 0)
         return;
     s->close_after_flush = 0;
@@ -840,7 +861,8 @@ static void handle_request(struct session *s, const struct request *req)
     }
 
     if (replies) {
-        struct pending pe = { .kind = PK_FORWARD, .remaining = 1 };
+        struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
+                              .t0 = uv_hrtime() };
         if (!track_pubsub(s, req, &pe))
             track_request(s, req, &pe);
         if (pe.remaining != 0)          /* RESP3 pub/sub: confirmations are pushes */
@@ -1019,6 +1041,34 @@ static void apply_confirmation(struct session *s)
     }
 }
 
+/* The reply to CONFIG GET maxmemory-policy: *2 $16 maxmemory-policy $N <policy>.
+ * Reported when it differs from what the last connection saw. */
+static void backend_policy_seen(struct session *s, char type)
+{
+    struct server *srv = s->srv;
+    char policy[32] = "";
+    const char *why = NULL;
+    static const char hdr[] = "*2\r\n$16\r\nmaxmemory-policy\r\n$";
+    size_t hl = sizeof hdr - 1;
+
+    if (type == '*' && s->peeklen > hl && memcmp(s->peek, hdr, hl) == 0) {
+        const char *p = memchr(s->peek + hl, '\n', s->peeklen - hl);
+        if (p != NULL) {
+            size_t n = (size_t)(s->peek + s->peeklen - (p + 1));
+            const char *cr = memchr(p + 1, '\r', n);
+            if (cr != NULL && (size_t)(cr - (p + 1)) < sizeof policy)
+                memcpy(policy, p + 1, (size_t)(cr - (p + 1)));
+        }
+    }
+    if (policy[0] == '\0')
+        why = type == '-' ? "CONFIG GET refused by the backend" : "unexpected reply to CONFIG GET";
+    if (strcmp(policy, srv->backend_policy) == 0 && (why == NULL) == srv->backend_policy_known)
+        return;
+    snprintf(srv->backend_policy, sizeof srv->backend_policy, "%s", policy);
+    srv->backend_policy_known = why == NULL;
+    events_backend_policy(srv->cfg, why ? NULL : policy, why);
+}
+
 /* A whole reply went by; pair it with the head of the queue. */
 static void reply_done(struct session *s, char type)
 {
@@ -1052,6 +1102,9 @@ static void reply_done(struct session *s, char type)
         else
             head->remaining = 1;    /* an error ends it */
         break;
+    case PW_POLICY:
+        backend_policy_seen(s, type);
+        break;
     case PW_REPLACE:
         room_for(s, &toc, 1);
         batch_add_copy(&toc, head->local, head->local_len);
@@ -1074,15 +1127,18 @@ static void reply_done(struct session *s, char type)
     default:
         break;
     }
-    if (--head->remaining <= 0)
+    if (--head->remaining <= 0) {
+        if (head->kind == PK_FORWARD)
+            stats_latency_observe(head->rewritten, uv_hrtime() - head->t0);
         q_pop(s);
+    }
 }
 
 /* Does the proxy need to look inside the reply being read? */
 static int inspect(const struct session *s, const struct pending *head)
 {
     return s->monitor || (!s->resp3 && s->nchan + s->npat + s->nshard > 0) ||
-           (head != NULL && (head->what == PW_SUB || head->what == PW_AUTH));
+           (head != NULL && head->what >= PW_SUB);
 }
 
 static void keep_peek_tail(struct session *s, const char *p, size_t n)
@@ -1171,6 +1227,7 @@ static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     } else {
         client_maybe_resume(s);
     }
+    maybe_finish(s);
 }
 
 static void backend_read_start(struct session *s)
@@ -1203,6 +1260,21 @@ static void on_backend_closed_then_serve(struct session *s)
         client_read_start(s);
 }
 
+/* Once per backend connection, when rules are active: which eviction policy
+ * does this Redis run? Pipelined ahead of the client's bytes; Redis may refuse
+ * it (managed services), which is reported, not fatal. */
+static void send_policy_probe(struct session *s)
+{
+    static const char probe[] = "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$16\r\nmaxmemory-policy\r\n";
+    if (policy_inactive(s->srv->cfg))
+        return;
+    batch_add_copy(&tob, probe, sizeof probe - 1);
+    struct pending *p = q_push(s);
+    p->kind = PK_INTERNAL;
+    p->what = PW_POLICY;
+    flush_all(s);
+}
+
 static void send_backend_auth(struct session *s)
 {
     const struct config *cfg = s->srv->cfg;
@@ -1225,6 +1297,7 @@ static void send_backend_auth(struct session *s)
     p->kind = PK_INTERNAL;
     p->what = PW_AUTH;
     s->bstate = B_AUTH;
+    send_policy_probe(s);
     flush_all(s);
 }
 
@@ -1246,6 +1319,7 @@ static void on_backend_connect(uv_connect_t *req, int status)
         send_backend_auth(s);
         return;
     }
+    send_policy_probe(s);
     if (s->ilen > 0)
         process_input(s, s->ibuf, s->ilen, 1);
     else

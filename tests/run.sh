@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs (Debian 12, as root or with sudo),
+# builds, runs the criterion unit tests and the integration suite against real
+# redis-server processes (the harness starts them on free loopback ports), then
+# does it all again with an ASan+UBSan build.
+#
+#   tests/run.sh             everything
+#   tests/run.sh --no-asan   skip the sanitizer pass
+#   tests/run.sh -k EXPR     pass -k EXPR to pytest (both passes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+asan=1
+pytest_args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --no-asan) asan=0 ;;
+    -k) pytest_args+=(-k "$2"); shift ;;
+    *) echo "usage: tests/run.sh [--no-asan] [-k EXPR]" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+packages=(build-essential cmake pkg-config libuv1-dev libhiredis-dev libinih-dev
+          libhttp-parser-dev libcriterion-dev redis-server redis-tools python3-redis
+          python3-pytest python3-pytest-timeout)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing: ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Debian starts redis-server as a service on install; the tests use their own.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
+
+jobs=$(nproc)
+failed=0
+summary=()
+
+run_pass() {
+    local name=$1 dir=$2; shift 2
+    echo "== [$name] build ($dir)"
+    cmake -S . -B "$dir" "$@" >/dev/null
+    cmake --build "$dir" -j "$jobs" >/dev/null
+    echo "== [$name] unit tests"
+    if ! ctest --test-dir "$dir" --output-on-failure; then failed=1; summary+=("$name unit: FAILED"); else summary+=("$name unit: ok"); fi
+    echo "== [$name] integration tests"
+    if ! TTLG_BIN="$PWD/$dir/ttlguard" /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"; then
+        failed=1; summary+=("$name integration: FAILED")
+    else
+        summary+=("$name integration: ok")
+    fi
+}
+
+run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [ "$asan" -eq 1 ]; then
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    export TTLG_SANITIZED=1
+    run_pass asan build-asan -DCMAKE_BUILD_TYPE=Debug -DTTLG_SANITIZE=ON
+fi
+
+echo
+printf '%s\n' "${summary[@]}"
+exit $failed
