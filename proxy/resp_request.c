@@ -329,10 +329,12 @@ static int inline_next(struct req_framer *f, const char *buf, size_t len, size_t
 static int check_pending_bulk(struct req_framer *f)
 {
     redisReader *r = f->r;
-    if (r->pos >= r->len || r->buf[r->pos] != '$')
+    /* hiredis has consumed the '$' type byte of the item it is on; its
+     * length line starts at r->pos. */
+    if (r->ridx < 0 || r->rstack[r->ridx].type != REDIS_REPLY_STRING || r->pos >= r->len)
         return 0;
-    const char *hdr = r->buf + r->pos + 1;
-    size_t avail = r->len - r->pos - 1;
+    const char *hdr = r->buf + r->pos;
+    size_t avail = r->len - r->pos;
     const char *cr = memchr(hdr, '\r', avail);
     if (cr == NULL) {
         if (avail > REQ_MAX_INLINE)
