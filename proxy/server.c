@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/resource.h>
+#include <netdb.h>
 
 #include "audit_conn.h"
 #include "events.h"
@@ -49,6 +50,8 @@ static void finish_shutdown(struct server *srv)
         uv_close((uv_handle_t *)&srv->sig_int, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_hup, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_usr1, on_close_noop);
+        if (srv->resolving)
+            uv_cancel((uv_req_t *)&srv->gai);
         events_shutdown();
     }
 }
@@ -105,6 +108,57 @@ static void on_signal(uv_signal_t *h, int signum)
     begin_shutdown(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
+/* A host:port to a socket address: numeric at once, a name through the
+ * resolver (blocking: used at start and on reload only). */
+static int resolve(const struct addr *a, struct sockaddr_storage *ss, char *err, size_t errlen)
+{
+    if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)ss) == 0 ||
+        uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)ss) == 0)
+        return 0;
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res;
+    char port[8];
+    snprintf(port, sizeof port, "%d", a->port);
+    int r = getaddrinfo(a->host, port, &hints, &res);
+    if (r != 0) {
+        snprintf(err, errlen, "cannot resolve '%s': %s", a->host, gai_strerror(r));
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    struct server *srv = req->data;
+    srv->resolving = 0;
+    if (status == 0 && res != NULL) {
+        memcpy(&srv->backend_sa, res->ai_addr, res->ai_addrlen);
+        srv->backend_sa_ok = 1;
+    } else if (status != UV_ECANCELED) {
+        log_warn("cannot resolve backend '%s': %s", srv->backend_addr.host, uv_strerror(status));
+    }
+    uv_freeaddrinfo(res);
+}
+
+void server_backend_failed(struct server *srv)
+{
+    struct sockaddr_storage ss;
+    const struct addr *a = &srv->backend_addr;
+    uint64_t now = now_ms_monotonic();
+    if (a->is_unix || srv->resolving || now - srv->last_resolve < 1000 ||
+        uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss) == 0 ||
+        uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss) == 0)
+        return;
+    static struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+    char port[8];
+    snprintf(port, sizeof port, "%d", a->port);
+    srv->last_resolve = now;
+    srv->gai.data = srv;
+    if (uv_getaddrinfo(srv->loop, &srv->gai, on_resolved, a->host, port, &hints) == 0)
+        srv->resolving = 1;
+}
+
 /* Listen on a; the new handle is returned in *out (freed when closed). */
 static int start_listening(struct server *srv, const struct addr *a, uv_stream_t **out,
                            char *err, size_t errlen)
@@ -118,9 +172,7 @@ static int start_listening(struct server *srv, const struct addr *a, uv_stream_t
     } else {
         struct sockaddr_storage ss;
         uv_tcp_init(srv->loop, &h->tcp);
-        if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss) != 0 &&
-            uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss) != 0) {
-            snprintf(err, errlen, "listen address '%s' is not a numeric IP address", a->host);
+        if (resolve(a, &ss, err, errlen) != 0) {
             uv_close((uv_handle_t *)h, on_close_free);
             return -1;
         }
@@ -185,6 +237,20 @@ static void probe_backend_policy(struct server *srv)
     events_backend_policy(srv->cfg, why ? NULL : policy, why);
 }
 
+/* Resolve the backend now; when that fails, sessions answer with the reason
+ * and each failed connect tries again in the background. */
+static void resolve_backend(struct server *srv)
+{
+    char err[300];
+    srv->backend_sa_ok = 0;
+    if (srv->backend_addr.is_unix)
+        return;
+    if (resolve(&srv->backend_addr, &srv->backend_sa, err, sizeof err) == 0)
+        srv->backend_sa_ok = 1;
+    else
+        log_warn("backend: %s", err);
+}
+
 /* SIGHUP: read the config again. A config with errors is refused and the old
  * one stays; a good one applies to the next request of every session. The
  * listen and backend addresses apply to new sessions. */
@@ -231,6 +297,7 @@ static void reload(struct server *srv)
     }
     srv->backend_addr = backend_addr;
     addr_format(&srv->backend_addr, srv->backend_name, sizeof srv->backend_name);
+    resolve_backend(srv);
 
     struct config *old = srv->cfg;
     srv->cfg = cfg;
@@ -287,6 +354,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
         return 1;
     }
     addr_format(&srv->backend_addr, srv->backend_name, sizeof srv->backend_name);
+    resolve_backend(srv);
     srv->rbuf_size = RBUF_SIZE;
     srv->rbuf = xmalloc(srv->rbuf_size);
 

@@ -42,6 +42,11 @@ struct server {
     struct addr backend_addr;
     char backend_name[300];          /* printable backend address for messages */
     char down_reason[512];           /* the error line sessions without a backend answer with */
+    struct sockaddr_storage backend_sa; /* resolved backend address (TCP) */
+    int backend_sa_ok;
+    uv_getaddrinfo_t gai;            /* re-resolution of a backend host name */
+    int resolving;
+    uint64_t last_resolve;           /* monotonic ms */
     char backend_policy[32];         /* maxmemory-policy last reported */
     int backend_policy_known;
 
@@ -70,6 +75,10 @@ struct server {
  * which frees it, or its reloaded successors, on the way out).
  * Runs the loop until shutdown; returns the process exit status. */
 int server_run(struct config *cfg, const char *listen_override, const char *backend_override);
+
+/* A backend connect failed: resolve a host name again (at most once a second,
+ * in the background), in case the backend moved (containers do). */
+void server_backend_failed(struct server *srv);
 
 /* Called by sessions when they have freed themselves. */
 void server_session_gone(struct server *srv);

@@ -1244,6 +1244,7 @@ static void backend_read_start(struct session *s)
 static void backend_unavailable(struct session *s, const char *why)
 {
     s->srv->stats.backend_connect_errors++;
+    server_backend_failed(s->srv);
     snprintf(s->srv->down_reason, sizeof s->srv->down_reason,
              "ERR ttlguard: backend %s unavailable: %s", s->srv->backend_name, why);
     log_warn("backend %s unavailable: %s", s->srv->backend_name, why);
@@ -1343,13 +1344,12 @@ static void backend_connect(struct session *s)
     }
     uv_tcp_init(srv->loop, &s->backend.tcp);
     s->handles++;
-    struct sockaddr_storage ss;
-    if (uv_ip4_addr(srv->backend_addr.host, srv->backend_addr.port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(srv->backend_addr.host, srv->backend_addr.port, (struct sockaddr_in6 *)&ss) != 0) {
-        backend_unavailable(s, "backend host is not a numeric address");
+    if (!srv->backend_sa_ok) {
+        backend_unavailable(s, "cannot resolve the host name");
         return;
     }
-    r = uv_tcp_connect(&s->creq, &s->backend.tcp, (struct sockaddr *)&ss, on_backend_connect);
+    r = uv_tcp_connect(&s->creq, &s->backend.tcp, (struct sockaddr *)&srv->backend_sa,
+                       on_backend_connect);
     if (r < 0)
         backend_unavailable(s, uv_strerror(r));
 }
