@@ -37,16 +37,21 @@ struct config {
     struct ruleset rules;
 };
 
-/* Fill *cfg with the built-in defaults (no file). */
+/* Fill *cfg with the built-in defaults (no file). The strings are allocated:
+ * release with config_free(). */
 void config_defaults(struct config *cfg);
 
-/* Read path into *cfg. On error returns -1 with "path:line: reason" in err
- * and leaves *cfg freed (nothing to release). */
+/* Read path into *cfg (which need not be initialised). On error returns -1
+ * with "path:line: reason" in err ("path: cannot open: ..." when the file
+ * cannot be opened) and leaves *cfg freed (nothing to release). The format
+ * and every message are in docs/config.md. */
 int config_load(const char *path, struct config *cfg, char *err, size_t errlen);
 
+/* Frees everything *cfg owns and zeroes it, so a second call is harmless. */
 void config_free(struct config *cfg);
 
-/* Parse a byte size as written in the file: "4096", "64kb", "4mb", "1gb". */
+/* Parse a byte size as written in the file: "4096", "64kb", "4mb", "1gb"
+ * (suffixes x1024, any case). Returns 0, or -1 without touching *out. */
 int config_parse_bytes(const char *text, size_t *out);
 
 #endif

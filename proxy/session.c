@@ -144,6 +144,7 @@ struct session {
     unsigned monitor:1;
     unsigned reply_off:1;           /* CLIENT REPLY OFF */
     unsigned reply_skip:1;          /* CLIENT REPLY SKIP: the next command gets no reply */
+    unsigned backend_counted:1;     /* counted in stats_proxy.backend_connections */
     unsigned in_multi:1;            /* between MULTI and EXEC/DISCARD */
     unsigned multi_dirty:1;         /* a command in this MULTI was rejected: EXEC aborts */
     int db;                         /* SELECTed db, for events */
@@ -453,6 +454,10 @@ static void queue_error(struct session *s, const char *msg)
 static void on_handle_closed(uv_handle_t *h)
 {
     struct session *s = h->data;
+    if (h == &s->backend.handle && s->backend_counted) {
+        s->backend_counted = 0;
+        stats_proxy.backend_connections--;
+    }
     if (h == &s->backend.handle && !s->closing) {
         /* A failed connect attempt: the handle can be used again. */
         s->handles--;
@@ -1312,6 +1317,8 @@ static void on_backend_connect(uv_connect_t *req, int status)
         return;
     }
     s->srv->stats.backend_connects++;
+    s->backend_counted = 1;
+    stats_proxy.backend_connections++;
     if (s->backend.handle.type == UV_TCP)
         uv_tcp_nodelay(&s->backend.tcp, 1);
     s->bstate = B_READY;

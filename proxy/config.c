@@ -1,0 +1,791 @@
+/*
+ * config: the INI file turned into one validated struct config.
+ *
+ * inih parses the "key = value" lines; this file does everything around
+ * them:
+ *
+ *   file ──getline──▶ line_reader() ──line──▶ inih ini_parse_stream() ──▶ on_key()
+ *                        │ counts lines                                     │ conf_keys[] row:
+ *                        │ parses [kind "PREFIX"] headers itself,           │ parser + offset
+ *                        │ hands inih a placeholder "[s]"                   ▼
+ *                        └──────────────▶ sections[] (file order) ──▶ check_section()
+ *                                                                   ──▶ struct config + ruleset
+ *
+ * Why the reader does the headers instead of inih:
+ *  - Debian's libinih 55 is built without INI_HANDLER_LINENO, so the handler
+ *    is never told its line. inih calls the reader once per line and the
+ *    handler for that line before reading the next, so the reader's count is
+ *    the handler's line.
+ *  - inih ends a section name at the first ']' (and at " ;"), but prefixes
+ *    are binary safe: [ttl "a]b"] is a valid header.
+ *  - A section without keys never reaches the handler, yet [durable "x"]
+ *    alone must fail for its missing owner/reason/rebuild.
+ * The reader also strips leading whitespace: Debian builds inih with
+ * INI_ALLOW_MULTILINE, which would turn an indented key into a continuation
+ * of the key above it.
+ *
+ * The first error wins: the reader stops feeding inih once there is one, and
+ * the message is "PATH:LINE: what is wrong, what is expected".
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <ini.h>
+
+#include "config.h"
+#include "util.h"
+
+#define TTL_MAX     2147483647LL    /* seconds: 68 years, far below redis' expire overflow */
+#define DURATION_MAX 2147483647LL   /* seconds or milliseconds of the [proxy] timeouts */
+#define MAX_BUFFER_MIN (16 * 1024)
+
+enum section_kind { SECT_PROXY, SECT_DEFAULT, SECT_TTL, SECT_DURABLE };
+
+#define IN_PROXY    (1u << SECT_PROXY)
+#define IN_DEFAULT  (1u << SECT_DEFAULT)
+#define IN_TTL      (1u << SECT_TTL)
+#define IN_DURABLE  (1u << SECT_DURABLE)
+
+struct conf_key;
+
+/* A value parser: stores the value of key k into *field (a member of struct
+ * config or struct rule). On a bad value returns -1 with "what is wrong,
+ * what is expected" in err. */
+typedef int (*key_parser)(const struct conf_key *k, enum section_kind in, const char *value,
+                          void *field, char *err, size_t errlen);
+
+struct conf_key {
+    const char *name;
+    unsigned sections;      /* IN_* bits: where the key is valid */
+    key_parser parse;
+    size_t offset;          /* into struct config ([proxy]) or struct rule (rule sections) */
+    long long min, max;     /* numbers and sizes */
+    const char *unit;       /* what the number counts, for messages; text keys: what to write */
+};
+
+static int parse_addr(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_admin(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_optional(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_int(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_uint(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_ll(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_size(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_log_keys(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_action(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_refresh(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_text(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+
+#define CFG(f)  offsetof(struct config, f)
+#define RULE(f) offsetof(struct rule, f)
+
+/* Every key of every section. docs/config.md describes the same rows. */
+static const struct conf_key conf_keys[] = {
+    { "listen",              IN_PROXY, parse_addr,     CFG(listen),              0, 0, NULL },
+    { "backend",             IN_PROXY, parse_addr,     CFG(backend),             0, 0, NULL },
+    { "backend_username",    IN_PROXY, parse_optional, CFG(backend_username),    0, 0, NULL },
+    { "backend_password",    IN_PROXY, parse_optional, CFG(backend_password),    0, 0, NULL },
+    { "max_clients",         IN_PROXY, parse_int,      CFG(max_clients),         1, 1000000, "clients" },
+    { "client_idle_timeout", IN_PROXY, parse_uint,     CFG(client_idle_timeout), 0, DURATION_MAX, "seconds (0 = off)" },
+    { "max_buffer",          IN_PROXY, parse_size,     CFG(max_buffer),          MAX_BUFFER_MIN, 0, NULL },
+    { "connect_timeout",     IN_PROXY, parse_uint,     CFG(connect_timeout),     1, DURATION_MAX, "milliseconds" },
+    { "events",              IN_PROXY, parse_optional, CFG(events),              0, 0, NULL },
+    { "admin",               IN_PROXY, parse_admin,    CFG(admin),               0, 0, NULL },
+    { "log_keys",            IN_PROXY, parse_log_keys, CFG(log_keys),            0, 0, NULL },
+    { "event_window",        IN_PROXY, parse_uint,     CFG(event_window),        1, DURATION_MAX, "seconds" },
+
+    { "action",  IN_DEFAULT | IN_TTL, parse_action,  RULE(action),  0, 0, NULL },
+    { "ttl",     IN_DEFAULT | IN_TTL, parse_ll,      RULE(ttl),     1, TTL_MAX, "seconds" },
+    { "max_ttl", IN_DEFAULT | IN_TTL, parse_ll,      RULE(max_ttl), 0, TTL_MAX, "seconds (0 = no cap)" },
+    { "refresh", IN_DEFAULT | IN_TTL, parse_refresh, RULE(refresh), 0, 0, NULL },
+
+    { "owner",   IN_DURABLE, parse_text, RULE(owner),   0, 0, "who owns these keys" },
+    { "reason",  IN_DURABLE, parse_text, RULE(reason),  0, 0, "why they may live without a TTL" },
+    { "rebuild", IN_DURABLE, parse_text, RULE(rebuild), 0, 0, "how to rebuild them if they are lost" },
+};
+
+#define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
+
+/* One section header of the file, with what its keys said. */
+struct section {
+    enum section_kind kind;
+    int line;                       /* line of the header */
+    struct rule rule;               /* rule sections: prefix and label owned here until
+                                     * handed to the ruleset; unused for [proxy] */
+    int key_line[NKEYS];            /* line each conf_keys[] row was set on; 0 = not set */
+};
+
+struct parse {
+    const char *path;
+    FILE *f;
+    char *buf;                      /* getline() buffer */
+    size_t cap;
+    int lineno;                     /* line last given to inih = line of the on_key() call */
+    int err_line;                   /* line of the first error; 0 = none yet */
+    char err[512];                  /* the first error, without "PATH:LINE: " */
+    int read_errno;                 /* set when reading the file failed */
+    struct config *cfg;
+    struct section *sec;            /* in file order; the last one is current */
+    size_t nsec;
+};
+
+static void fail_at(struct parse *p, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void fail_at(struct parse *p, int line, const char *fmt, ...)
+{
+    if (p->err_line != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, sizeof p->err, fmt, ap);
+    va_end(ap);
+    p->err_line = line;
+}
+
+static const char *section_name(const struct section *s)
+{
+    return s->kind == SECT_PROXY ? "proxy" : s->rule.label;
+}
+
+/* ---- values ------------------------------------------------------------ */
+
+/* Digits only: no sign, no spaces, no junk; fails on overflow. */
+static int parse_digits(const char *s, size_t len, unsigned long long *out)
+{
+    unsigned long long v = 0;
+    if (len == 0)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (ULLONG_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+int config_parse_bytes(const char *text, size_t *out)
+{
+    static const struct { const char *suffix; unsigned long long mul; } units[] = {
+        { "kb", 1024ULL }, { "mb", 1024ULL * 1024 }, { "gb", 1024ULL * 1024 * 1024 },
+    };
+    size_t len = strlen(text);
+    unsigned long long mul = 1, v;
+
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (len > 2 && strcasecmp(text + len - 2, units[i].suffix) == 0) {
+            mul = units[i].mul;
+            len -= 2;
+            break;
+        }
+    }
+    if (parse_digits(text, len, &v) < 0 || v > SIZE_MAX / mul)
+        return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+static int bad_number(const struct conf_key *k, const char *value, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s = '%s': expected a whole number of %s from %lld to %lld",
+             k->name, value, k->unit, k->min, k->max);
+    return -1;
+}
+
+static int parse_number(const struct conf_key *k, const char *value, long long *out,
+                        char *err, size_t errlen)
+{
+    unsigned long long v;
+    if (parse_digits(value, strlen(value), &v) < 0 || v < (unsigned long long)k->min ||
+        v > (unsigned long long)k->max)
+        return bad_number(k, value, err, errlen);
+    *out = (long long)v;
+    return 0;
+}
+
+static int parse_int(const struct conf_key *k, enum section_kind in, const char *value,
+                     void *field, char *err, size_t errlen)
+{
+    long long v;
+    if (parse_number(k, value, &v, err, errlen) < 0)
+        return -1;
+    *(int *)field = (int)v;
+    return 0;
+}
+
+static int parse_uint(const struct conf_key *k, enum section_kind in, const char *value,
+                      void *field, char *err, size_t errlen)
+{
+    long long v;
+    if (parse_number(k, value, &v, err, errlen) < 0)
+        return -1;
+    *(unsigned *)field = (unsigned)v;
+    return 0;
+}
+
+static int parse_ll(const struct conf_key *k, enum section_kind in, const char *value,
+                    void *field, char *err, size_t errlen)
+{
+    return parse_number(k, value, field, err, errlen);
+}
+
+static int parse_size(const struct conf_key *k, enum section_kind in, const char *value,
+                      void *field, char *err, size_t errlen)
+{
+    size_t v;
+    if (config_parse_bytes(value, &v) < 0 || v < (size_t)k->min) {
+        snprintf(err, errlen, "%s = '%s': expected a size of at least 16kb: bytes, "
+                 "or a number with kb, mb or gb (like 65536, 64kb, 4mb)", k->name, value);
+        return -1;
+    }
+    *(size_t *)field = v;
+    return 0;
+}
+
+/* Replaces a default value: the string it frees is one config_defaults()
+ * allocated (a key set twice is an error before it gets here). */
+static void set_string(void *field, const char *value)
+{
+    char **dst = field;
+    free(*dst);
+    *dst = value != NULL ? xstrdup(value) : NULL;
+}
+
+static int parse_addr(const struct conf_key *k, enum section_kind in, const char *value,
+                      void *field, char *err, size_t errlen)
+{
+    struct addr a;
+    char why[320];
+    if (addr_parse(value, &a, why, sizeof why) < 0) {
+        snprintf(err, errlen, "%s = %s", k->name, why);
+        return -1;
+    }
+    set_string(field, value);
+    return 0;
+}
+
+/* The admin endpoint is HTTP on TCP; empty turns it off. */
+static int parse_admin(const struct conf_key *k, enum section_kind in, const char *value,
+                       void *field, char *err, size_t errlen)
+{
+    if (*value == '\0') {
+        set_string(field, NULL);
+        return 0;
+    }
+    struct addr a;
+    char why[320];
+    if (addr_parse(value, &a, why, sizeof why) < 0) {
+        snprintf(err, errlen, "%s = %s (or leave it empty for no admin endpoint)", k->name, why);
+        return -1;
+    }
+    if (a.is_unix) {
+        snprintf(err, errlen, "%s = '%s': expected host:port (the admin endpoint is TCP only) "
+                 "or empty for none", k->name, value);
+        return -1;
+    }
+    set_string(field, value);
+    return 0;
+}
+
+/* Free text where empty means unset (NULL). */
+static int parse_optional(const struct conf_key *k, enum section_kind in, const char *value,
+                          void *field, char *err, size_t errlen)
+{
+    set_string(field, *value != '\0' ? value : NULL);
+    return 0;
+}
+
+/* Free text that must say something (durable rules). */
+static int parse_text(const struct conf_key *k, enum section_kind in, const char *value,
+                      void *field, char *err, size_t errlen)
+{
+    if (*value == '\0') {
+        snprintf(err, errlen, "%s is empty: say %s", k->name, k->unit);
+        return -1;
+    }
+    set_string(field, value);
+    return 0;
+}
+
+static int parse_log_keys(const struct conf_key *k, enum section_kind in, const char *value,
+                          void *field, char *err, size_t errlen)
+{
+    enum log_keys *dst = field;
+    if (strcmp(value, "full") == 0)
+        *dst = LOG_KEYS_FULL;
+    else if (strcmp(value, "hash") == 0)
+        *dst = LOG_KEYS_HASH;
+    else if (strcmp(value, "prefix") == 0)
+        *dst = LOG_KEYS_PREFIX;
+    else {
+        snprintf(err, errlen, "%s = '%s': expected full, hash or prefix", k->name, value);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_action(const struct conf_key *k, enum section_kind in, const char *value,
+                        void *field, char *err, size_t errlen)
+{
+    static const enum rule_action actions[] = {
+        ACTION_ALLOW, ACTION_LOG, ACTION_REWRITE, ACTION_REJECT,
+    };
+    for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++) {
+        if (strcmp(value, rule_action_name(actions[i])) != 0)
+            continue;
+        /* A ttl rule that allows everything is a durable rule without the
+         * owner, reason and rebuild that make durable data accountable. */
+        if (actions[i] == ACTION_ALLOW && in != SECT_DEFAULT)
+            break;
+        *(enum rule_action *)field = actions[i];
+        return 0;
+    }
+    if (in == SECT_DEFAULT)
+        snprintf(err, errlen, "%s = '%s': expected allow, log, rewrite or reject", k->name, value);
+    else
+        snprintf(err, errlen, "%s = '%s': expected log, rewrite or reject (keys that may live "
+                 "without a TTL belong in a [durable \"PREFIX\"] section)", k->name, value);
+    return -1;
+}
+
+static int parse_refresh(const struct conf_key *k, enum section_kind in, const char *value,
+                         void *field, char *err, size_t errlen)
+{
+    enum rule_refresh *dst = field;
+    if (strcmp(value, "allow") == 0)
+        *dst = REFRESH_ALLOW;
+    else if (strcmp(value, "bound") == 0)
+        *dst = REFRESH_BOUND;
+    else {
+        snprintf(err, errlen, "%s = '%s': expected allow or bound", k->name, value);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- section headers ----------------------------------------------------- */
+
+static void skip_blanks(const char **s)
+{
+    while (**s == ' ' || **s == '\t')
+        (*s)++;
+}
+
+/* Where the quoted string starting at q (a '"') ends: its closing quote, or
+ * NULL when there is none. Escapes are skipped here, checked by
+ * rules_unquote(). */
+static const char *quote_end(const char *q)
+{
+    for (const char *s = q + 1; *s != '\0'; s++) {
+        if (*s == '\\' && s[1] != '\0')
+            s++;
+        else if (*s == '"')
+            return s;
+    }
+    return NULL;
+}
+
+/* A header line: [proxy], [default], [ttl "PREFIX"] or [durable "PREFIX"].
+ * line starts with '[' and has no line break. Opens a new section or records
+ * an error. */
+static void header_parse(struct parse *p, const char *line)
+{
+    static const char *const names[] = {
+        [SECT_PROXY] = "proxy", [SECT_DEFAULT] = "default",
+        [SECT_TTL] = "ttl", [SECT_DURABLE] = "durable",
+    };
+    const char *s = line + 1;
+    skip_blanks(&s);
+    const char *word = s;
+    while (isalnum((unsigned char)*s) || *s == '_' || *s == '-')
+        s++;
+    size_t wlen = (size_t)(s - word);
+
+    int kind = -1;
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
+        if (strlen(names[i]) == wlen && memcmp(names[i], word, wlen) == 0)
+            kind = i;
+    }
+    if (kind < 0) {
+        fail_at(p, p->lineno, "unknown section [%.*s] (expected [proxy], [default], "
+                "[ttl \"PREFIX\"] or [durable \"PREFIX\"])", (int)wlen, word);
+        return;
+    }
+
+    struct section sec = { .kind = (enum section_kind)kind, .line = p->lineno };
+    skip_blanks(&s);
+    if (kind == SECT_TTL || kind == SECT_DURABLE) {
+        if (*s != '"') {
+            fail_at(p, p->lineno, "[%s] needs a quoted prefix, like [%s \"session:\"]; "
+                    "for all keys use [default]", names[kind], names[kind]);
+            return;
+        }
+        const char *end = quote_end(s);
+        if (end == NULL) {
+            fail_at(p, p->lineno, "missing closing '\"' after the prefix in %s", line);
+            return;
+        }
+        char *quoted = xmemdup(s, (size_t)(end + 1 - s));
+        char why[256];
+        int rc = rules_unquote(quoted, &sec.rule.prefix, &sec.rule.prefix_len, why, sizeof why);
+        free(quoted);
+        if (rc < 0) {
+            fail_at(p, p->lineno, "%s in %s", why, line);
+            return;
+        }
+        if (sec.rule.prefix_len == 0) {
+            free(sec.rule.prefix);
+            fail_at(p, p->lineno, "empty prefix in [%s \"\"]: use [default] for a rule on "
+                    "all keys", names[kind]);
+            return;
+        }
+        s = end + 1;
+        skip_blanks(&s);
+    } else if (*s == '"') {
+        fail_at(p, p->lineno, "[%s] takes no prefix", names[kind]);
+        return;
+    }
+
+    const char *why = NULL;
+    if (*s != ']')
+        why = "expected ']' to close the section header";
+    else {
+        s++;
+        skip_blanks(&s);
+        if (*s != '\0' && *s != ';' && *s != '#')
+            why = "unexpected text after ']' (only a ; or # comment may follow)";
+    }
+    if (why != NULL) {
+        free(sec.rule.prefix);
+        fail_at(p, p->lineno, "%s: %s", why, line);
+        return;
+    }
+
+    switch (sec.kind) {
+    case SECT_PROXY:
+        break;
+    case SECT_DEFAULT:
+        sec.rule.kind = RULE_DEFAULT;
+        sec.rule.action = ACTION_ALLOW;
+        sec.rule.label = xstrdup("default");
+        break;
+    case SECT_TTL:
+    case SECT_DURABLE: {
+        sec.rule.kind = sec.kind == SECT_TTL ? RULE_TTL : RULE_DURABLE;
+        sec.rule.action = sec.kind == SECT_TTL ? ACTION_REWRITE : ACTION_ALLOW;
+        char *q = rules_quote(sec.rule.prefix, sec.rule.prefix_len);
+        size_t n = strlen(names[kind]) + strlen(q) + 2;
+        sec.rule.label = xmalloc(n);
+        snprintf(sec.rule.label, n, "%s %s", names[kind], q);
+        free(q);
+        break;
+    }
+    }
+    sec.rule.refresh = REFRESH_ALLOW;
+    sec.rule.line = p->lineno;
+
+    /* One [proxy], one [default], one section per prefix. Configs hold
+     * hundreds of rules at most, so a linear look-back is fine. */
+    for (size_t i = 0; i < p->nsec; i++) {
+        const struct section *o = &p->sec[i];
+        int same;
+        if (sec.kind == SECT_PROXY || sec.kind == SECT_DEFAULT)
+            same = o->kind == sec.kind;
+        else
+            same = (o->kind == SECT_TTL || o->kind == SECT_DURABLE) &&
+                   o->rule.prefix_len == sec.rule.prefix_len &&
+                   memcmp(o->rule.prefix, sec.rule.prefix, sec.rule.prefix_len) == 0;
+        if (!same)
+            continue;
+        if (sec.kind == SECT_PROXY || sec.kind == SECT_DEFAULT)
+            fail_at(p, p->lineno, "second [%s] section (the first is at line %d): "
+                    "put all its keys in one", section_name(&sec), o->line);
+        else
+            fail_at(p, p->lineno, "duplicate prefix: [%s] repeats the prefix of [%s] at "
+                    "line %d", sec.rule.label, o->rule.label, o->line);
+        free(sec.rule.prefix);
+        free(sec.rule.label);
+        return;
+    }
+
+    p->sec = xrealloc(p->sec, (p->nsec + 1) * sizeof *p->sec);
+    p->sec[p->nsec++] = sec;
+}
+
+/* ---- inih callbacks ------------------------------------------------------ */
+
+/* inih's fgets-style reader. See the top of the file for why it does more
+ * than read. */
+static char *line_reader(char *str, int num, void *stream)
+{
+    struct parse *p = stream;
+    if (p->err_line != 0)
+        return NULL;
+
+    errno = 0;
+    ssize_t n = getline(&p->buf, &p->cap, p->f);
+    if (n < 0) {
+        if (ferror(p->f))
+            p->read_errno = errno ? errno : EIO;
+        return NULL;
+    }
+    p->lineno++;
+    char *line = p->buf;
+    size_t len = (size_t)n;
+    if (p->lineno == 1 && len >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0) {
+        line += 3;                      /* UTF-8 byte order mark */
+        len -= 3;
+    }
+    if (memchr(line, '\0', len) != NULL) {
+        fail_at(p, p->lineno, "NUL byte in line (write binary prefixes with \\x00)");
+        return NULL;
+    }
+    while (len > 0 && isspace((unsigned char)*line)) {
+        line++;
+        len--;
+    }
+
+    if (*line == ';' || *line == '#') {
+        /* A whole-line comment may be longer than inih's line buffer. */
+        snprintf(str, (size_t)num, "\n");
+        return str;
+    }
+    if (*line == '[') {
+        while (len > 0 && isspace((unsigned char)line[len - 1]))
+            line[--len] = '\0';
+        header_parse(p, line);
+        if (p->err_line != 0)
+            return NULL;
+        /* Resets inih's "previous key"; the name itself is not used. */
+        snprintf(str, (size_t)num, "[s]\n");
+        return str;
+    }
+    /* Room for the text, its '\n' and the NUL, as fgets() would need. */
+    size_t text = len > 0 && line[len - 1] == '\n' ? len - 1 : len;
+    if (text + 2 > (size_t)num) {
+        fail_at(p, p->lineno, "line too long: %zu bytes, at most %d fit in inih's line "
+                "buffer (not counting indentation)", text, num - 2);
+        return NULL;
+    }
+    memcpy(str, line, len + 1);
+    return str;
+}
+
+static const struct conf_key *key_find(const char *name, enum section_kind in)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        if ((conf_keys[i].sections & (1u << in)) && strcmp(conf_keys[i].name, name) == 0)
+            return &conf_keys[i];
+    }
+    return NULL;
+}
+
+/* The inih handler: one call per "key = value" line, section name unused
+ * (the reader tracks sections). Returns 0 on an error so that inih notes
+ * the line too. */
+static int on_key(void *user, const char *section, const char *name, const char *value)
+{
+    struct parse *p = user;
+    if (p->nsec == 0) {
+        fail_at(p, p->lineno, "'%s' is outside any section: put it under [proxy], [default], "
+                "[ttl \"PREFIX\"] or [durable \"PREFIX\"]", name);
+        return 0;
+    }
+    struct section *s = &p->sec[p->nsec - 1];
+    const struct conf_key *k = key_find(name, s->kind);
+    if (k == NULL) {
+        char valid[256] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < NKEYS; i++) {
+            if ((conf_keys[i].sections & (1u << s->kind)) && used < sizeof valid)
+                used += (size_t)snprintf(valid + used, sizeof valid - used, "%s%s",
+                                         used ? ", " : "", conf_keys[i].name);
+        }
+        fail_at(p, p->lineno, "unknown key '%s' in [%s] (expected one of: %s)",
+                name, section_name(s), valid);
+        return 0;
+    }
+    size_t idx = (size_t)(k - conf_keys);
+    if (s->key_line[idx] != 0) {
+        fail_at(p, p->lineno, "%s set twice in [%s] (first at line %d)",
+                name, section_name(s), s->key_line[idx]);
+        return 0;
+    }
+    s->key_line[idx] = p->lineno;
+
+    char *base = s->kind == SECT_PROXY ? (char *)p->cfg : (char *)&s->rule;
+    char why[400];
+    if (k->parse(k, s->kind, value, base + k->offset, why, sizeof why) < 0) {
+        fail_at(p, p->lineno, "%s", why);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- whole sections ------------------------------------------------------ */
+
+static int key_set(const struct section *s, const char *name)
+{
+    return s->key_line[key_find(name, s->kind) - conf_keys] != 0;
+}
+
+/* What no single key can check; errors at the section header's line. */
+static void check_section(struct parse *p, const struct section *s)
+{
+    const struct rule *r = &s->rule;
+    switch (s->kind) {
+    case SECT_PROXY:
+        if (p->cfg->backend_username != NULL && p->cfg->backend_password == NULL)
+            fail_at(p, s->line, "[proxy] has backend_username but no backend_password: "
+                    "an ACL user needs both");
+        break;
+    case SECT_DEFAULT:
+    case SECT_TTL:
+        if (r->action == ACTION_REWRITE && r->ttl == 0)
+            fail_at(p, s->line, "[%s] has action = rewrite but no ttl: add ttl = SECONDS, "
+                    "the TTL given to keys that would have none", r->label);
+        else if (r->ttl != 0 && r->max_ttl != 0 && r->ttl > r->max_ttl)
+            fail_at(p, s->line, "[%s] has ttl = %lld above max_ttl = %lld: ttl must be at "
+                    "most max_ttl", r->label, r->ttl, r->max_ttl);
+        break;
+    case SECT_DURABLE: {
+        static const char *const required[] = { "owner", "reason", "rebuild" };
+        char missing[64] = "";
+        for (size_t i = 0; i < 3; i++) {
+            if (!key_set(s, required[i])) {
+                if (*missing)
+                    strcat(missing, ", ");
+                strcat(missing, required[i]);
+            }
+        }
+        if (*missing)
+            fail_at(p, s->line, "[%s] is missing %s: a durable rule needs owner, reason "
+                    "and rebuild", r->label, missing);
+        break;
+    }
+    }
+}
+
+/* ---- public -------------------------------------------------------------- */
+
+/* The [proxy] defaults; strings allocated so that config_free() and a key of
+ * the file can free them alike. */
+static void proxy_defaults(struct config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->listen = xstrdup("127.0.0.1:6380");
+    cfg->backend = xstrdup("127.0.0.1:6379");
+    cfg->max_clients = 10000;
+    cfg->client_idle_timeout = 0;
+    cfg->max_buffer = 4 * 1024 * 1024;
+    cfg->connect_timeout = 3000;
+    cfg->log_keys = LOG_KEYS_FULL;
+    cfg->event_window = 10;
+}
+
+void config_defaults(struct config *cfg)
+{
+    char err[8];
+    proxy_defaults(cfg);
+    rules_init(&cfg->rules);
+    rules_finish(&cfg->rules, err, sizeof err);     /* no rules: cannot fail */
+}
+
+int config_load(const char *path, struct config *cfg, char *err, size_t errlen)
+{
+    struct parse p = { .path = path, .cfg = cfg };
+    int rc = -1;
+
+    proxy_defaults(cfg);
+    rules_init(&cfg->rules);
+
+    p.f = fopen(path, "r");
+    if (p.f == NULL) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        goto out;
+    }
+    int ini_line = ini_parse_stream(line_reader, &p, on_key, &p);
+    if (p.read_errno != 0) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(p.read_errno));
+        goto out;
+    }
+    /* inih's own complaints (a line that is not "key = value") come as a
+     * line number; ours come with the line and a message. */
+    if (ini_line > 0 && (p.err_line == 0 || ini_line < p.err_line)) {
+        snprintf(err, errlen, "%s:%d: expected 'key = value', a [section] header or a comment",
+                 path, ini_line);
+        goto out;
+    }
+    if (ini_line < 0 && p.err_line == 0) {
+        snprintf(err, errlen, "%s: inih failed (%d)", path, ini_line);
+        goto out;
+    }
+    for (size_t i = 0; i < p.nsec && p.err_line == 0; i++)
+        check_section(&p, &p.sec[i]);
+    if (p.err_line != 0) {
+        snprintf(err, errlen, "%s:%d: %s", path, p.err_line, p.err);
+        goto out;
+    }
+
+    /* Hand the rules over; from here the ruleset owns their strings. */
+    for (size_t i = 0; i < p.nsec; i++) {
+        struct section *s = &p.sec[i];
+        if (s->kind == SECT_DEFAULT) {
+            struct rule *d = &cfg->rules.dflt;
+            d->action = s->rule.action;
+            d->ttl = s->rule.ttl;
+            d->max_ttl = s->rule.max_ttl;
+            d->refresh = s->rule.refresh;
+            d->line = s->line;
+        } else if (s->kind != SECT_PROXY) {
+            rules_add(&cfg->rules, &s->rule);
+            memset(&s->rule, 0, sizeof s->rule);
+        }
+    }
+    char why[400];
+    if (rules_finish(&cfg->rules, why, sizeof why) < 0) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        goto out;
+    }
+    cfg->path = xstrdup(path);
+    rc = 0;
+
+out:
+    for (size_t i = 0; i < p.nsec; i++) {
+        struct rule *r = &p.sec[i].rule;
+        free(r->prefix);
+        free(r->label);
+        free(r->owner);
+        free(r->reason);
+        free(r->rebuild);
+    }
+    free(p.sec);
+    free(p.buf);
+    if (p.f != NULL)
+        fclose(p.f);
+    if (rc < 0)
+        config_free(cfg);
+    return rc;
+}
+
+void config_free(struct config *cfg)
+{
+    free(cfg->path);
+    free(cfg->listen);
+    free(cfg->backend);
+    free(cfg->backend_username);
+    free(cfg->backend_password);
+    free(cfg->events);
+    free(cfg->admin);
+    rules_free(&cfg->rules);
+    memset(cfg, 0, sizeof *cfg);
+}
