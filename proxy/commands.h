@@ -40,7 +40,8 @@ enum ttl_unit {
                                        keys are declared, writes happen out of the proxy's sight */
 #define CMD_UNVERIFIED  (1u << 3)   /* the proxy cannot judge it (SWAPDB, MIGRATE, ...): pass and record */
 #define CMD_EXPIRE      (1u << 4)   /* EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: subject to refresh = bound;
-                                       the NX/XX/GT/LT flag, if any, is the argument after the TTL */
+                                       the NX/XX/GT/LT flags, if any, are argv[3..] (several may be
+                                       given, e.g. XX GT; NX goes with none of the others) */
 #define CMD_NOSCRIPT    (1u << 5)   /* not allowed inside a Lua script */
 
 /* One key a command writes, as found in a concrete argv. */
@@ -71,12 +72,40 @@ int command_arity_ok(const struct command *c, int argc);
  * TE_NONE. out must have room for argc entries. Returns the number of keys,
  * or -1 when the arguments are malformed in a way redis-server refuses
  * (wrong arity, bad option, bad numkeys): the proxy then forwards the command
- * unchanged and lets Redis answer the error. For CMD_SCRIPT commands the keys
- * are the declared ones (numkeys), each with effect TE_OVERWRITE. */
+ * unchanged and lets Redis answer the error. Returns -2 when the proxy cannot
+ * judge this argv: always for CMD_UNVERIFIED commands, and for COPY ... DB n
+ * (the destination is in another database); pass it and record it as
+ * unverified. For CMD_SCRIPT commands the keys are the declared ones
+ * (numkeys), each with effect TE_OVERWRITE; EVAL_RO, EVALSHA_RO and FCALL_RO
+ * return no keys (redis refuses writes inside them). */
 int command_keys(const struct command *c, int argc, const struct slice *argv, struct key_ref *out);
 
-/* Print the table for `ttlguard commands`: one line per command with its flags
- * and, per key role, the TTL effect. */
+/* Print the table for `ttlguard commands`: one line per row, sorted by name,
+ * fields separated by one space (tests/integration/test_command_table.py
+ * parses it):
+ *
+ *   <name> <arity> <flags> [<role>@<where>:<effects> ...]
+ *
+ *   name     lowercase; a container's subcommands follow it ("xgroup|create")
+ *   arity    as redis: N exactly, -N at least N arguments, the name included
+ *   flags    comma-separated: write blocking script unverified expire noscript;
+ *            "-" when none
+ *   role     key, source or destination
+ *   where    N           argv[N]
+ *            N..L        a range from argv[N] to argv[N+L] (L > 0) or to
+ *                        argv[argc+L] (L < 0); "/S" after it: every S-th;
+ *                        "%D": the range is the first 1/D of the arguments
+ *                        from argv[N] on (L counts back from its end)
+ *            N+numkeys   argv[N] is the number of keys, which follow it
+ *            after(W,F)  the key follows the word W, searched from argv[F]
+ *                        (F < 0: from the end, backwards); a range may follow
+ *            opt(W,...)  the key follows one of the option words W, the last
+ *                        one given wins; absent without the option
+ *   effects  "|"-separated ttl_effect_name()s the key can have; more than one:
+ *            the arguments decide
+ *
+ * e.g. "set -3 write key@1:none|create|overwrite|sets-ttl",
+ *      "zunionstore -4 write destination@1:overwrite source@2+numkeys:none" */
 void commands_print(FILE *out);
 
 const char *ttl_effect_name(enum ttl_effect e);  /* "none", "create", "overwrite", "persist", "sets-ttl" */

@@ -5,14 +5,18 @@
  *   ttlguard [--config FILE] [--listen ADDR] [--backend ADDR]   run the proxy
  *   ttlguard --check-config --config FILE                       validate and exit
  *   ttlguard commands                                           print the command table
+ *   ttlguard audit --config FILE ...                            find keys that leaked (audit.c)
+ *   ttlguard report FILE...                                     summarise event logs (report.c)
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit.h"
 #include "commands.h"
 #include "config.h"
+#include "report.h"
 #include "server.h"
 #include "util.h"
 
@@ -20,6 +24,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
 "Usage: ttlguard [OPTIONS]\n"
+"       ttlguard audit --config FILE [AUDIT OPTIONS]   (ttlguard audit --help)\n"
+"       ttlguard report FILE...\n"
 "       ttlguard commands\n"
 "\n"
 "A transparent Redis (RESP) proxy that enforces TTL rules on key prefixes.\n"
@@ -36,9 +42,13 @@ static void usage(FILE *out)
 "  -V, --version         show the version and exit\n"
 "\n"
 "Subcommands:\n"
+"  audit                 scan Redis for keys that already leaked (see docs/audit.md)\n"
+"  report FILE...        summarise event logs: durable prefixes, violations, top keys\n"
 "  commands              print how each Redis command is classified (keys, TTL effects)\n"
 "\n"
-"Signals: SIGTERM/SIGINT stop accepting, let owed replies drain (5 s at most), exit 0.\n");
+"Signals: SIGTERM/SIGINT stop accepting, let owed replies drain (5 s at most), exit 0;\n"
+"SIGHUP reloads the config (a bad one is refused, the old one stays); SIGUSR1 reopens\n"
+"the event log.\n");
 }
 
 int main(int argc, char **argv)
@@ -60,6 +70,10 @@ int main(int argc, char **argv)
         commands_print(stdout);
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "audit") == 0)
+        return audit_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "report") == 0)
+        return report_main(argc - 1, argv + 1);
 
     while ((c = getopt_long(argc, argv, "c:l:b:vhV", opts, NULL)) != -1) {
         switch (c) {

@@ -455,11 +455,11 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
             nnum++;
             modified = 1;
         } else if (f->effect == EFF_EXTENDS_TTL) {
+            /* EXPIRE key ttl [XX] [GT] -> EXPIRE key ttl NX (NX combines
+             * with no other flag) */
             static const struct slice nx = { "NX", 2 };
-            if (argc > 3)
-                nargv[3] = nx;          /* XX or GT: the flag follows the TTL */
-            else
-                nargv[argc++] = nx;
+            nargv[3] = nx;
+            argc = 4;
             modified = 1;
         } else if (f->effect == EFF_CREATES_WITHOUT_TTL || f->effect == EFF_DROPS_TTL) {
             found[np] = *f;             /* compact: protected keys first */

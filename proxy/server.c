@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <netdb.h>
 
+#include "admin.h"
 #include "audit_conn.h"
 #include "events.h"
 #include "policy.h"
@@ -52,6 +53,7 @@ static void finish_shutdown(struct server *srv)
         uv_close((uv_handle_t *)&srv->sig_usr1, on_close_noop);
         if (srv->resolving)
             uv_cancel((uv_req_t *)&srv->gai);
+        admin_stop();
         events_shutdown();
     }
 }
@@ -302,6 +304,7 @@ static void reload(struct server *srv)
     struct config *old = srv->cfg;
     srv->cfg = cfg;
     events_reconfigure(cfg);
+    admin_reconfigure(srv);
     config_free(old);
     free(old);
     log_info("SIGHUP: config %s reloaded (%zu rules)", cfg->path, cfg->rules.n);
@@ -367,6 +370,13 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     }
     if (start_listening(srv, &srv->listen_addr, &srv->listener, err, sizeof err) != 0) {
         log_error("%s", err);
+        events_shutdown();
+        uv_run(srv->loop, UV_RUN_NOWAIT);
+        return 1;
+    }
+    if (admin_start(srv, err, sizeof err) != 0) {
+        log_error("%s", err);
+        stop_listening(srv);
         events_shutdown();
         uv_run(srv->loop, UV_RUN_NOWAIT);
         return 1;

@@ -1,0 +1,1210 @@
+/*
+ * commands: the Redis 7.0.15 command table (see commands.h).
+ *
+ *   argv[0] ── fold case + hash ──▶ name_slots[]: every name redis-server knows
+ *                                       │
+ *                                       ▼ row (NULL for reads the proxy ignores)
+ *                                   struct command: arity, flags,
+ *                                       key specs    where the keys are, what each does to a TTL
+ *                                       options()    argument-dependent effects (SET ... EX)
+ *                                       subs[]       container commands: argv[1] picks the row
+ *
+ *   command_keys(row, argv): options() decides each key spec's effect, then one
+ *   generic evaluator walks the key specs and emits the keys.
+ *
+ * Key specs are redis's own "key specifications" (COMMAND INFO): a begin
+ * search (a fixed index, or the argument after a keyword) and a find-keys
+ * rule (a range, or a count in the arguments). Redis uses them to find keys
+ * for ACLs and cluster routing; tests/integration/test_command_table.py checks
+ * that each spec here matches the server's. Where redis's spec is "unknown"
+ * (SORT ... STORE) or cannot be exact (GEORADIUS ... STORE and STOREDIST: the
+ * last one wins), the row's options parser finds the key (KS_OPTION).
+ *
+ * What each key role does to a TTL was found by experiment against
+ * redis-server 7.0.15 (tests/integration/tools/probe_ttl_effects.py), and
+ * the same experiment runs in the integration suite. The surprises are
+ * commented where they are in the table.
+ *
+ * Parsers follow redis's own parsing closely, for two reasons. A command the
+ * server refuses must give -1, so that the proxy forwards it unchanged and
+ * the client gets redis's own error rather than a rewritten script's. And an
+ * argument redis obeys must never be missed: a parser stricter than redis
+ * would let a write through unjudged. When in doubt the parsers here accept
+ * (value errors such as a bad float are left to redis).
+ */
+#include <ctype.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "commands.h"
+
+/* ------------------------------------------------------------------------ */
+/* Key specs and rows                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Where a key spec's first key is. */
+enum ks_begin {
+    KS_INDEX,       /* at argv[index] */
+    KS_KEYWORD,     /* after `keyword`, searched from argv[index] on (index < 0: from
+                       argv[argc + index] backwards) */
+    KS_OPTION,      /* found by the row's options parser; `keyword` names the options */
+};
+
+/* Which keys follow the first one. */
+enum ks_find {
+    KS_RANGE,       /* up to `last` (>= 0: counted from the first key; < 0: from the end of
+                       argv, or with `limit`, 1/limit of the remaining arguments), every `step` */
+    KS_NUMKEYS,     /* the first "key" is the number of keys, which follow it */
+};
+
+struct key_spec {
+    const char *role;           /* "key", "source", "destination": for commands_print() */
+    unsigned char effect;       /* enum ttl_effect when the options do not change it */
+    unsigned char may;          /* every effect the role can have, bit (1 << effect) */
+    unsigned char begin;        /* enum ks_begin */
+    unsigned char find;         /* enum ks_find */
+    int index;                  /* see enum ks_begin */
+    const char *keyword;        /* see enum ks_begin */
+    int last;                   /* KS_RANGE */
+    int step;                   /* KS_RANGE */
+    int limit;                  /* KS_RANGE: 0, or the divisor of the remaining arguments */
+    int minkeys;                /* KS_NUMKEYS: smallest count the command accepts */
+};
+
+/* What a row's options parser decided for one key spec of a concrete argv. */
+struct spec_use {
+    unsigned char effect;       /* enum ttl_effect */
+    unsigned char ttl_unit;     /* enum ttl_unit, for TE_SETS_TTL */
+    int ttl_argi;               /* for TE_SETS_TTL: where the TTL is */
+    int argi;                   /* KS_OPTION: where the key is; -1 when the option is absent */
+};
+
+/* Reads argv's options and fills use[] (one per key spec, preset to the
+ * specs' defaults). Returns 0; -1 when redis-server refuses the arguments;
+ * -2 when the proxy cannot judge them. */
+typedef int (*options_fn)(int argc, const struct slice *argv, struct spec_use *use);
+
+struct command {
+    const char *name;               /* lowercase; "xgroup|create" for a subcommand */
+    int arity;                      /* as redis: N exactly, -N at least N (argv[0] included) */
+    unsigned flags;                 /* CMD_* */
+    const struct key_spec *specs;
+    int nspecs;
+    options_fn options;             /* NULL when the arguments change nothing */
+    const struct command *subs;     /* container (XGROUP, FUNCTION): one row per subcommand */
+    int nsubs;
+};
+
+#define MAX_SPECS 2                 /* the most key specs of any row */
+#define NAME_MAX_LEN 24             /* longer than any command name */
+
+/* ------------------------------------------------------------------------ */
+/* Argument helpers                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Redis compares option words with strcasecmp() on the NUL-terminated
+ * argument, so "NX\0junk" is NX to it. Compare the same way, or a client could
+ * hide an option from the proxy that redis still obeys. */
+static int arg_is(struct slice a, const char *word)
+{
+    size_t i;
+
+    for (i = 0; word[i] != '\0'; i++) {
+        if (i >= a.len || tolower((unsigned char)a.p[i]) != tolower((unsigned char)word[i]))
+            return 0;
+    }
+    return i == a.len || a.p[i] == '\0';
+}
+
+/* Redis adds the current time to a relative TTL in milliseconds and refuses
+ * the command when the sum overflows. Only absurd TTLs come near that, so the
+ * clock is read for those alone. */
+static int relative_ms_ok(long long ms)
+{
+    return ms < LLONG_MAX / 2 || ms <= LLONG_MAX - (long long)now_ms_wall();
+}
+
+/* An expiry argument of SET, GETEX, SETEX and PSETEX, checked as redis's
+ * getExpireMillisecondsOrReply() does before anything is written. */
+static int expiry_ok(struct slice s, enum ttl_unit unit)
+{
+    long long v;
+
+    if (slice_to_ll(s, &v) < 0 || v <= 0)
+        return 0;
+    if (unit == TTL_SEC || unit == TTL_UNIX_SEC) {
+        if (v > LLONG_MAX / 1000)
+            return 0;
+        v *= 1000;
+    }
+    return unit == TTL_UNIX_SEC || unit == TTL_UNIX_MS || relative_ms_ok(v);
+}
+
+static int arg_nonneg(struct slice s)
+{
+    long long v;
+
+    return slice_to_ll(s, &v) == 0 && v >= 0;
+}
+
+static void set_ttl(struct spec_use *u, int argi, enum ttl_unit unit)
+{
+    u->effect = TE_SETS_TTL;
+    u->ttl_argi = argi;
+    u->ttl_unit = (unsigned char)unit;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options parsers: argument-dependent effects                               */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    SO_NX = 1, SO_XX = 2, SO_KEEPTTL = 4, SO_PERSIST = 8, SO_EXPIRY = 16,
+};
+
+/* SET and GETEX options, as redis's parseExtendedStringArgumentsOrReply():
+ * any order; a repeated option is fine (the last expiry wins), conflicting
+ * ones are a syntax error. Only the expiry that wins is checked. */
+static int string_options(int argc, const struct slice *argv, int from, int is_set,
+                          struct spec_use *u)
+{
+    static const struct { const char *word; enum ttl_unit unit; } expiries[] = {
+        { "ex", TTL_SEC }, { "px", TTL_MS }, { "exat", TTL_UNIX_SEC }, { "pxat", TTL_UNIX_MS },
+    };
+    int f = 0;
+
+    for (int j = from; j < argc; j++) {
+        struct slice a = argv[j];
+        size_t k;
+
+        for (k = 0; k < 4 && !arg_is(a, expiries[k].word); k++)
+            ;
+        if (is_set && arg_is(a, "nx") && !(f & SO_XX)) {
+            f |= SO_NX;
+        } else if (is_set && arg_is(a, "xx") && !(f & SO_NX)) {
+            f |= SO_XX;
+        } else if (is_set && arg_is(a, "get")) {
+            continue;                       /* changes the reply, not the write */
+        } else if (is_set && arg_is(a, "keepttl") && !(f & SO_EXPIRY)) {
+            f |= SO_KEEPTTL;
+        } else if (!is_set && arg_is(a, "persist") && !(f & SO_EXPIRY)) {
+            f |= SO_PERSIST;
+        } else if (k < 4 && !(f & (SO_KEEPTTL | SO_PERSIST)) && j + 1 < argc &&
+                   (!(f & SO_EXPIRY) || u->ttl_unit == expiries[k].unit)) {
+            f |= SO_EXPIRY;
+            set_ttl(u, ++j, expiries[k].unit);
+        } else {
+            return -1;
+        }
+    }
+    if ((f & SO_EXPIRY) && !expiry_ok(argv[u->ttl_argi], (enum ttl_unit)u->ttl_unit))
+        return -1;
+    if (f & SO_EXPIRY)
+        u->effect = TE_SETS_TTL;
+    else if (f & SO_PERSIST)
+        u->effect = TE_PERSIST;
+    else if (!is_set)
+        u->effect = TE_NONE;                /* GETEX without options: a read */
+    else if ((f & SO_XX) && (f & SO_KEEPTTL))
+        u->effect = TE_NONE;                /* changes only an existing key, keeps its TTL */
+    else if (f & (SO_NX | SO_KEEPTTL))
+        u->effect = TE_CREATE;
+    else
+        u->effect = TE_OVERWRITE;           /* also XX: never creates, but drops the TTL */
+    return 0;
+}
+
+/* SET key value [NX|XX] [GET] [EX s|PX ms|EXAT ts|PXAT ms-ts|KEEPTTL] */
+static int opt_set(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return string_options(argc, argv, 3, 1, &use[0]);
+}
+
+/* GETEX key [EX s|PX ms|EXAT ts|PXAT ms-ts|PERSIST] */
+static int opt_getex(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return string_options(argc, argv, 2, 0, &use[0]);
+}
+
+/* SETEX key seconds value */
+static int opt_setex(int argc, const struct slice *argv, struct spec_use *use)
+{
+    if (!expiry_ok(argv[2], TTL_SEC))
+        return -1;
+    set_ttl(&use[0], 2, TTL_SEC);
+    return 0;
+}
+
+/* PSETEX key milliseconds value */
+static int opt_psetex(int argc, const struct slice *argv, struct spec_use *use)
+{
+    if (!expiry_ok(argv[2], TTL_MS))
+        return -1;
+    set_ttl(&use[0], 2, TTL_MS);
+    return 0;
+}
+
+/* EXPIRE key ttl [NX|XX|GT|LT ...], as redis's expireGenericCommand(): a
+ * negative or past TTL is valid (it deletes the key); the policy decides. */
+static int expire_options(int argc, const struct slice *argv, struct spec_use *use,
+                          enum ttl_unit unit)
+{
+    int nx = 0, xx = 0, gt = 0, lt = 0;
+    long long when;
+
+    for (int j = 3; j < argc; j++) {
+        if (arg_is(argv[j], "nx"))
+            nx = 1;
+        else if (arg_is(argv[j], "xx"))
+            xx = 1;
+        else if (arg_is(argv[j], "gt"))
+            gt = 1;
+        else if (arg_is(argv[j], "lt"))
+            lt = 1;
+        else
+            return -1;
+    }
+    if ((nx && (xx || gt || lt)) || (gt && lt))
+        return -1;
+    if (slice_to_ll(argv[2], &when) < 0)
+        return -1;
+    if (unit == TTL_SEC || unit == TTL_UNIX_SEC) {
+        if (when > LLONG_MAX / 1000 || when < LLONG_MIN / 1000)
+            return -1;
+        when *= 1000;
+    }
+    if ((unit == TTL_SEC || unit == TTL_MS) && !relative_ms_ok(when))
+        return -1;
+    set_ttl(&use[0], 2, unit);
+    return 0;
+}
+
+static int opt_expire(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return expire_options(argc, argv, use, TTL_SEC);
+}
+
+static int opt_pexpire(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return expire_options(argc, argv, use, TTL_MS);
+}
+
+static int opt_expireat(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return expire_options(argc, argv, use, TTL_UNIX_SEC);
+}
+
+static int opt_pexpireat(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return expire_options(argc, argv, use, TTL_UNIX_MS);
+}
+
+/* MSET/MSETNX key value [key value ...] */
+static int opt_mset(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return argc % 2 == 1 ? 0 : -1;
+}
+
+/* HSET/HMSET key field value [field value ...] */
+static int opt_hset(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return argc % 2 == 0 ? 0 : -1;
+}
+
+/* COPY source destination [DB db] [REPLACE]. The destination gets the
+ * source's TTL (or none). Another database is out of the proxy's sight: -2. */
+static int opt_copy(int argc, const struct slice *argv, struct spec_use *use)
+{
+    int replace = 0, other_db = 0;
+    long long db;
+
+    for (int j = 3; j < argc; j++) {
+        if (arg_is(argv[j], "replace")) {
+            replace = 1;
+        } else if (arg_is(argv[j], "db") && j + 1 < argc) {
+            if (slice_to_ll(argv[++j], &db) < 0 || db < INT_MIN || db > INT_MAX)
+                return -1;
+            other_db = 1;
+        } else {
+            return -1;
+        }
+    }
+    if (other_db)
+        return -2;
+    if (argv[1].len == argv[2].len && memcmp(argv[1].p, argv[2].p, argv[1].len) == 0)
+        return -1;                          /* "source and destination objects are the same" */
+    use[1].effect = replace ? TE_OVERWRITE : TE_CREATE;
+    return 0;
+}
+
+/* RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME s] [FREQ f]: ttl 0
+ * creates the key without a TTL; without REPLACE an existing key is refused
+ * (BUSYKEY), so it cannot lose its TTL. */
+static int opt_restore(int argc, const struct slice *argv, struct spec_use *use)
+{
+    int replace = 0, absttl = 0, idle = 0, freq = 0;
+    long long ttl, v;
+
+    for (int j = 4; j < argc; j++) {
+        int more = argc - j - 1;
+
+        if (arg_is(argv[j], "replace")) {
+            replace = 1;
+        } else if (arg_is(argv[j], "absttl")) {
+            absttl = 1;
+        } else if (arg_is(argv[j], "idletime") && more >= 1 && !freq) {
+            if (slice_to_ll(argv[++j], &v) < 0 || v < 0)
+                return -1;
+            idle = 1;
+        } else if (arg_is(argv[j], "freq") && more >= 1 && !idle) {
+            if (slice_to_ll(argv[++j], &v) < 0 || v < 0 || v > 255)
+                return -1;
+            freq = 1;
+        } else {
+            return -1;
+        }
+    }
+    if (slice_to_ll(argv[2], &ttl) < 0 || ttl < 0)
+        return -1;
+    if (ttl > 0)
+        set_ttl(&use[0], 2, absttl ? TTL_UNIX_MS : TTL_MS);
+    else
+        use[0].effect = replace ? TE_OVERWRITE : TE_CREATE;
+    return 0;
+}
+
+/* SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC|DESC]
+ * [ALPHA] [STORE destination]: the last STORE wins. */
+static int opt_sort(int argc, const struct slice *argv, struct spec_use *use)
+{
+    long long v;
+
+    for (int j = 2; j < argc; j++) {
+        int more = argc - j - 1;
+
+        if (arg_is(argv[j], "asc") || arg_is(argv[j], "desc") || arg_is(argv[j], "alpha")) {
+            continue;
+        } else if (arg_is(argv[j], "limit") && more >= 2) {
+            if (slice_to_ll(argv[j + 1], &v) < 0 || slice_to_ll(argv[j + 2], &v) < 0)
+                return -1;
+            j += 2;
+        } else if (arg_is(argv[j], "store") && more >= 1) {
+            use[1].argi = ++j;
+        } else if ((arg_is(argv[j], "by") || arg_is(argv[j], "get")) && more >= 1) {
+            j++;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* GEORADIUS's and GEORADIUSBYMEMBER's options from argv[from], as redis's
+ * georadiusGeneric(): STORE and STOREDIST both name the destination, the
+ * last one wins. */
+static int georadius_options(int argc, const struct slice *argv, int from, struct spec_use *use)
+{
+    int with = 0, any = 0, count = 0;
+    long long v;
+
+    for (int j = from; j < argc; j++) {
+        struct slice a = argv[j];
+        int more = argc - j - 1;
+
+        if (arg_is(a, "withdist") || arg_is(a, "withhash") || arg_is(a, "withcoord")) {
+            with = 1;
+        } else if (arg_is(a, "any")) {
+            any = 1;
+        } else if (arg_is(a, "asc") || arg_is(a, "desc")) {
+            continue;
+        } else if (arg_is(a, "count") && more >= 1) {
+            if (slice_to_ll(argv[++j], &v) < 0 || v <= 0)
+                return -1;
+            count = 1;
+        } else if ((arg_is(a, "store") || arg_is(a, "storedist")) && more >= 1) {
+            use[1].argi = ++j;
+        } else {
+            return -1;
+        }
+    }
+    if ((use[1].argi >= 0 && with) || (any && !count))
+        return -1;
+    return 0;
+}
+
+/* GEORADIUS key longitude latitude radius unit [options] */
+static int opt_georadius(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return georadius_options(argc, argv, 6, use);
+}
+
+/* GEORADIUSBYMEMBER key member radius unit [options] */
+static int opt_georadiusbymember(int argc, const struct slice *argv, struct spec_use *use)
+{
+    return georadius_options(argc, argv, 5, use);
+}
+
+/* ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]:
+ * with XX it never creates the key. */
+static int opt_zadd(int argc, const struct slice *argv, struct spec_use *use)
+{
+    int nx = 0, xx = 0, gt = 0, lt = 0, incr = 0, i;
+
+    for (i = 2; i < argc; i++) {
+        if (arg_is(argv[i], "nx"))
+            nx = 1;
+        else if (arg_is(argv[i], "xx"))
+            xx = 1;
+        else if (arg_is(argv[i], "gt"))
+            gt = 1;
+        else if (arg_is(argv[i], "lt"))
+            lt = 1;
+        else if (arg_is(argv[i], "incr"))
+            incr = 1;
+        else if (!arg_is(argv[i], "ch"))
+            break;
+    }
+    int elements = argc - i;
+    if (elements == 0 || elements % 2 != 0 || (incr && elements > 2))
+        return -1;
+    if ((nx && xx) || (nx && (gt || lt)) || (gt && lt))
+        return -1;
+    use[0].effect = xx ? TE_NONE : TE_CREATE;
+    return 0;
+}
+
+/* GEOADD key [NX|XX] [CH] longitude latitude member [...]: XX never creates. */
+static int opt_geoadd(int argc, const struct slice *argv, struct spec_use *use)
+{
+    int nx = 0, xx = 0, i;
+
+    for (i = 2; i < argc; i++) {
+        if (arg_is(argv[i], "nx"))
+            nx = 1;
+        else if (arg_is(argv[i], "xx"))
+            xx = 1;
+        else if (!arg_is(argv[i], "ch"))
+            break;
+    }
+    if (argc == i || (argc - i) % 3 != 0 || (nx && xx))
+        return -1;
+    use[0].effect = xx ? TE_NONE : TE_CREATE;
+    return 0;
+}
+
+/* XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id
+ * field value [...], as redis's streamParseAddOrTrimArgsOrReply(): the first
+ * word that is no option is the ID. NOMKSTREAM never creates the stream. */
+static int opt_xadd(int argc, const struct slice *argv, struct spec_use *use)
+{
+    int nomkstream = 0, trim = 0, approx = 0, limit = 0, i;
+
+    for (i = 2; i < argc; i++) {
+        struct slice a = argv[i];
+        int more = argc - 1 - i;
+
+        if (arg_is(a, "*")) {
+            break;
+        } else if ((arg_is(a, "maxlen") || arg_is(a, "minid")) && more >= 1) {
+            int maxlen = arg_is(a, "maxlen");
+
+            if (trim)
+                return -1;                  /* MAXLEN and MINID at the same time */
+            trim = 1;
+            approx = 0;
+            if (more >= 2 && (arg_is(argv[i + 1], "~") || arg_is(argv[i + 1], "="))) {
+                approx = arg_is(argv[i + 1], "~");
+                i++;
+            }
+            if (maxlen && !arg_nonneg(argv[i + 1]))
+                return -1;
+            i++;
+        } else if (arg_is(a, "limit") && more >= 1) {
+            if (!arg_nonneg(argv[++i]))
+                return -1;
+            limit = 1;
+        } else if (arg_is(a, "nomkstream")) {
+            nomkstream = 1;
+        } else {
+            break;                          /* the ID (or a syntax error redis reports) */
+        }
+    }
+    if (limit && !approx)
+        return -1;                          /* LIMIT needs MAXLEN ~ or MINID ~ */
+    int fields = argc - (i + 1);
+    if (fields < 2 || fields % 2 != 0)
+        return -1;
+    use[0].effect = nomkstream ? TE_NONE : TE_CREATE;
+    return 0;
+}
+
+/* XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n]: only MKSTREAM
+ * creates the stream. Redis takes at most 8 arguments, repeats or not. */
+static int opt_xgroup_create(int argc, const struct slice *argv, struct spec_use *use)
+{
+    long long v;
+    int mkstream = 0;
+
+    if (argc > 8)
+        return -1;
+    for (int j = 5; j < argc; j++) {
+        if (arg_is(argv[j], "mkstream")) {
+            mkstream = 1;
+        } else if (arg_is(argv[j], "entriesread") && j + 1 < argc) {
+            if (slice_to_ll(argv[++j], &v) < 0)
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    use[0].effect = mkstream ? TE_CREATE : TE_NONE;
+    return 0;
+}
+
+/* BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset
+ * increment] [OVERFLOW WRAP|SAT|FAIL] ...: only SET and INCRBY write (and then
+ * create the key, even when the INCRBY fails on overflow). */
+static int opt_bitfield(int argc, const struct slice *argv, struct spec_use *use)
+{
+    int writes = 0;
+
+    for (int j = 2; j < argc; j++) {
+        int more = argc - j - 1;
+
+        if (arg_is(argv[j], "get") && more >= 2) {
+            j += 2;
+        } else if ((arg_is(argv[j], "set") || arg_is(argv[j], "incrby")) && more >= 3) {
+            writes = 1;
+            j += 3;
+        } else if (arg_is(argv[j], "overflow") && more >= 1) {
+            j++;
+            if (!arg_is(argv[j], "wrap") && !arg_is(argv[j], "sat") && !arg_is(argv[j], "fail"))
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    use[0].effect = writes ? TE_CREATE : TE_NONE;
+    return 0;
+}
+
+/* BITOP AND|OR|XOR|NOT destkey key [key ...] */
+static int opt_bitop(int argc, const struct slice *argv, struct spec_use *use)
+{
+    if (arg_is(argv[1], "not"))
+        return argc == 4 ? 0 : -1;
+    if (arg_is(argv[1], "and") || arg_is(argv[1], "or") || arg_is(argv[1], "xor"))
+        return 0;
+    return -1;
+}
+
+/* LMOVE/BLMOVE source destination LEFT|RIGHT LEFT|RIGHT [timeout] */
+static int opt_lmove(int argc, const struct slice *argv, struct spec_use *use)
+{
+    for (int j = 3; j <= 4; j++) {
+        if (!arg_is(argv[j], "left") && !arg_is(argv[j], "right"))
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The table                                                                 */
+/* ------------------------------------------------------------------------ */
+
+#define E(x) (1u << TE_##x)
+
+/* Where a key spec finds its keys (redis's begin_search + find_keys). */
+#define AT(i)               .begin = KS_INDEX, .index = (i), .find = KS_RANGE, .last = 0, .step = 1
+#define RANGE(i, l, s)      .begin = KS_INDEX, .index = (i), .find = KS_RANGE, .last = (l), .step = (s)
+#define NUMKEYS(i, min)     .begin = KS_INDEX, .index = (i), .find = KS_NUMKEYS, .minkeys = (min)
+#define AFTER(kw, from, l, s, lim) \
+    .begin = KS_KEYWORD, .keyword = (kw), .index = (from), .find = KS_RANGE, .last = (l), \
+    .step = (s), .limit = (lim)
+#define OPTION(words)       .begin = KS_OPTION, .keyword = (words)
+
+/* A key role with one effect, whatever the arguments. */
+#define KEY(role_, where, eff) { .role = (role_), where, .effect = TE_##eff, .may = E(eff) }
+/* A key role whose effect the row's options parser picks among `may`. */
+#define KEY_BY_OPTIONS(role_, where, may_) { .role = (role_), where, .effect = TE_NONE, .may = (may_) }
+
+#define KEYSPECS(...) \
+    .specs = (const struct key_spec[]){ __VA_ARGS__ }, \
+    .nspecs = (int)(sizeof((const struct key_spec[]){ __VA_ARGS__ }) / sizeof(struct key_spec))
+
+#define ROW(name_, arity_, flags_, opts, ...) \
+    { .name = (name_), .arity = (arity_), .flags = (flags_), .options = (opts), KEYSPECS(__VA_ARGS__) }
+#define ROW_NOKEYS(name_, arity_, flags_) \
+    { .name = (name_), .arity = (arity_), .flags = (flags_) }
+#define CONTAINER(name_, arity_, flags_, subs_) \
+    { .name = (name_), .arity = (arity_), .flags = (flags_), .subs = (subs_), \
+      .nsubs = (int)(sizeof(subs_) / sizeof((subs_)[0])) }
+
+#define W       CMD_WRITE
+#define BLK     CMD_BLOCKING
+#define NS      CMD_NOSCRIPT
+
+/* XGROUP subcommands: the key is argv[2]. Only CREATE ... MKSTREAM creates
+ * the stream; the others change the groups of an existing one. */
+static const struct command xgroup_subs[] = {
+    ROW("xgroup|create", -5, W, opt_xgroup_create, KEY_BY_OPTIONS("key", AT(2), E(NONE) | E(CREATE))),
+    ROW("xgroup|createconsumer", 5, W, NULL, KEY("key", AT(2), NONE)),
+    ROW("xgroup|delconsumer", 5, W, NULL, KEY("key", AT(2), NONE)),
+    ROW("xgroup|destroy", 4, W, NULL, KEY("key", AT(2), NONE)),
+    ROW_NOKEYS("xgroup|help", 2, 0),
+    ROW("xgroup|setid", -5, W, NULL, KEY("key", AT(2), NONE)),
+};
+
+/* FUNCTION subcommands write functions, never keys. */
+static const struct command function_subs[] = {
+    ROW_NOKEYS("function|delete", 3, W | NS),
+    ROW_NOKEYS("function|dump", 2, NS),
+    ROW_NOKEYS("function|flush", -2, W | NS),
+    ROW_NOKEYS("function|help", 2, 0),
+    ROW_NOKEYS("function|kill", 2, NS),
+    ROW_NOKEYS("function|list", -2, NS),
+    ROW_NOKEYS("function|load", -3, W | NS),
+    ROW_NOKEYS("function|restore", -3, W | NS),
+    ROW_NOKEYS("function|stats", 2, NS),
+};
+
+/*
+ * Every command redis-server 7.0.15 flags `write`, plus the blocking ones, the
+ * scripts and those the proxy cannot judge; sorted by name. CMD_WRITE,
+ * CMD_BLOCKING and CMD_NOSCRIPT copy the server's flags (a container gets
+ * the union of its subcommands').
+ *
+ * Effects (what happens to a key that has a TTL, and whether a missing key
+ * is created), as observed:
+ *   create     the key may be created without a TTL; an existing TTL is kept,
+ *              also where the value is replaced in place (INCRBYFLOAT, PFMERGE)
+ *   overwrite  the value is replaced and the TTL dropped: GETSET, MSET, RENAME's
+ *              target, and every store destination (*STORE, BITOP, SORT ... STORE,
+ *              GEORADIUS ... STORE), which an empty result deletes instead
+ *   none       only an existing key changes, its TTL kept; or the key is read,
+ *              popped or deleted
+ */
+static const struct command command_table[] = {
+    ROW("append", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("bitfield", -2, W, opt_bitfield, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
+    ROW("bitop", -4, W, opt_bitop,
+        KEY("destination", AT(2), OVERWRITE), KEY("source", RANGE(3, -1, 1), NONE)),
+    ROW("blmove", 6, W | BLK | NS, opt_lmove,
+        KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW("blmpop", -5, W | BLK, NULL, KEY("key", NUMKEYS(2, 1), NONE)),
+    ROW("blpop", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW("brpop", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW("brpoplpush", 4, W | BLK | NS, NULL,
+        KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW("bzmpop", -5, W | BLK, NULL, KEY("key", NUMKEYS(2, 1), NONE)),
+    ROW("bzpopmax", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW("bzpopmin", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    /* The destination gets the source's TTL, or none: without REPLACE an
+     * existing destination is left alone. */
+    ROW("copy", -3, W, opt_copy,
+        KEY("source", AT(1), NONE),
+        KEY_BY_OPTIONS("destination", AT(2), E(CREATE) | E(OVERWRITE))),
+    /* DEBUG POPULATE, RELOAD, ... create or reload keys behind the table's back. */
+    ROW_NOKEYS("debug", -2, CMD_UNVERIFIED | NS),
+    ROW("decr", 2, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("decrby", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("del", -2, W, NULL, KEY("key", RANGE(1, -1, 1), NONE)),
+    ROW("eval", -3, CMD_SCRIPT | NS, NULL, KEY("key", NUMKEYS(2, 0), OVERWRITE)),
+    /* The read-only variants cannot write: redis refuses writes inside them. */
+    ROW("eval_ro", -3, CMD_SCRIPT | NS, NULL, KEY("key", NUMKEYS(2, 0), NONE)),
+    ROW("evalsha", -3, CMD_SCRIPT | NS, NULL, KEY("key", NUMKEYS(2, 0), OVERWRITE)),
+    ROW("evalsha_ro", -3, CMD_SCRIPT | NS, NULL, KEY("key", NUMKEYS(2, 0), NONE)),
+    ROW("expire", -3, W | CMD_EXPIRE, opt_expire, KEY("key", AT(1), SETS_TTL)),
+    ROW("expireat", -3, W | CMD_EXPIRE, opt_expireat, KEY("key", AT(1), SETS_TTL)),
+    ROW("fcall", -3, CMD_SCRIPT | NS, NULL, KEY("key", NUMKEYS(2, 0), OVERWRITE)),
+    ROW("fcall_ro", -3, CMD_SCRIPT | NS, NULL, KEY("key", NUMKEYS(2, 0), NONE)),
+    ROW_NOKEYS("flushall", -1, W),
+    ROW_NOKEYS("flushdb", -1, W),
+    CONTAINER("function", -2, W | NS, function_subs),
+    ROW("geoadd", -5, W, opt_geoadd, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
+    /* Without STORE or STOREDIST a read. */
+    ROW("georadius", -6, W, opt_georadius,
+        KEY("key", AT(1), NONE), KEY("destination", OPTION("STORE,STOREDIST"), OVERWRITE)),
+    ROW("georadiusbymember", -5, W, opt_georadiusbymember,
+        KEY("key", AT(1), NONE), KEY("destination", OPTION("STORE,STOREDIST"), OVERWRITE)),
+    ROW("geosearchstore", -8, W, NULL,
+        KEY("destination", AT(1), OVERWRITE), KEY("source", AT(2), NONE)),
+    ROW("getdel", 2, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("getex", -2, W, opt_getex,
+        KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(PERSIST) | E(SETS_TTL))),
+    ROW("getset", 3, W, NULL, KEY("key", AT(1), OVERWRITE)),
+    ROW("hdel", -3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("hincrby", 4, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("hincrbyfloat", 4, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("hmset", -4, W, opt_hset, KEY("key", AT(1), CREATE)),
+    ROW("hset", -4, W, opt_hset, KEY("key", AT(1), CREATE)),
+    ROW("hsetnx", 4, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("incr", 2, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("incrby", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("incrbyfloat", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("linsert", 5, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("lmove", 5, W, opt_lmove,
+        KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW("lmpop", -4, W, NULL, KEY("key", NUMKEYS(1, 1), NONE)),
+    ROW("lpop", -2, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("lpush", -3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("lpushx", -3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("lrem", 4, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("lset", 4, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("ltrim", 4, W, NULL, KEY("key", AT(1), NONE)),
+    /* Writes another server. */
+    ROW("migrate", -6, W | CMD_UNVERIFIED, NULL,
+        KEY("key", AT(3), NONE), KEY("key", AFTER("KEYS", -2, -1, 1, 0), NONE)),
+    /* The key leaves this database; in the other one it keeps its TTL, and an
+     * existing key there makes MOVE fail: nothing loses a TTL. */
+    ROW("move", 3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("mset", -3, W, opt_mset, KEY("key", RANGE(1, -1, 2), OVERWRITE)),
+    /* All or nothing: when one key exists none is written. */
+    ROW("msetnx", -3, W, opt_mset, KEY("key", RANGE(1, -1, 2), CREATE)),
+    ROW("persist", 2, W, NULL, KEY("key", AT(1), PERSIST)),
+    ROW("pexpire", -3, W | CMD_EXPIRE, opt_pexpire, KEY("key", AT(1), SETS_TTL)),
+    ROW("pexpireat", -3, W | CMD_EXPIRE, opt_pexpireat, KEY("key", AT(1), SETS_TTL)),
+    ROW("pfadd", -2, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("pfdebug", 3, W, NULL, KEY("key", AT(2), NONE)),
+    /* Unlike the *STORE commands, PFMERGE merges into the destination in
+     * place: an existing destination keeps its TTL. */
+    ROW("pfmerge", -2, W, NULL,
+        KEY("destination", AT(1), CREATE), KEY("source", RANGE(2, -1, 1), NONE)),
+    ROW("psetex", 4, W, opt_psetex, KEY("key", AT(1), SETS_TTL)),
+    /* The target gets the source's TTL, or none. */
+    ROW("rename", 3, W, NULL, KEY("source", AT(1), NONE), KEY("destination", AT(2), OVERWRITE)),
+    ROW("renamenx", 3, W, NULL, KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW("restore", -4, W, opt_restore,
+        KEY_BY_OPTIONS("key", AT(1), E(CREATE) | E(OVERWRITE) | E(SETS_TTL))),
+    ROW("restore-asking", -4, W, opt_restore,
+        KEY_BY_OPTIONS("key", AT(1), E(CREATE) | E(OVERWRITE) | E(SETS_TTL))),
+    ROW("rpop", -2, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("rpoplpush", 3, W, NULL, KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW("rpush", -3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("rpushx", -3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("sadd", -3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("sdiffstore", -3, W, NULL,
+        KEY("destination", AT(1), OVERWRITE), KEY("source", RANGE(2, -1, 1), NONE)),
+    ROW("set", -3, W, opt_set,
+        KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE) | E(OVERWRITE) | E(SETS_TTL))),
+    ROW("setbit", 4, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("setex", 4, W, opt_setex, KEY("key", AT(1), SETS_TTL)),
+    ROW("setnx", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("setrange", 4, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("sinterstore", -3, W, NULL,
+        KEY("destination", AT(1), OVERWRITE), KEY("source", RANGE(2, -1, 1), NONE)),
+    ROW("smove", 4, W, NULL, KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    /* Without STORE a read. */
+    ROW("sort", -2, W, opt_sort,
+        KEY("key", AT(1), NONE), KEY("destination", OPTION("STORE"), OVERWRITE)),
+    ROW("spop", -2, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("srem", -3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("sunionstore", -3, W, NULL,
+        KEY("destination", AT(1), OVERWRITE), KEY("source", RANGE(2, -1, 1), NONE)),
+    /* Swaps whole databases. */
+    ROW_NOKEYS("swapdb", 3, W | CMD_UNVERIFIED),
+    ROW("unlink", -2, W, NULL, KEY("key", RANGE(1, -1, 1), NONE)),
+    ROW("xack", -4, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("xadd", -5, W, opt_xadd, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
+    ROW("xautoclaim", -6, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("xclaim", -6, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("xdel", -3, W, NULL, KEY("key", AT(1), NONE)),
+    CONTAINER("xgroup", -2, W, xgroup_subs),
+    /* Blocks with BLOCK; a read. */
+    ROW("xread", -4, BLK, NULL, KEY("key", AFTER("STREAMS", 1, -1, 1, 2), NONE)),
+    ROW("xreadgroup", -7, W | BLK, NULL, KEY("key", AFTER("STREAMS", 4, -1, 1, 2), NONE)),
+    ROW("xsetid", -3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("xtrim", -4, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("zadd", -4, W, opt_zadd, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
+    ROW("zdiffstore", -4, W, NULL,
+        KEY("destination", AT(1), OVERWRITE), KEY("source", NUMKEYS(2, 1), NONE)),
+    ROW("zincrby", 4, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("zinterstore", -4, W, NULL,
+        KEY("destination", AT(1), OVERWRITE), KEY("source", NUMKEYS(2, 1), NONE)),
+    ROW("zmpop", -4, W, NULL, KEY("key", NUMKEYS(1, 1), NONE)),
+    ROW("zpopmax", -2, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("zpopmin", -2, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("zrangestore", -5, W, NULL,
+        KEY("destination", AT(1), OVERWRITE), KEY("source", AT(2), NONE)),
+    ROW("zrem", -3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("zremrangebylex", 4, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("zremrangebyrank", 4, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("zremrangebyscore", 4, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("zunionstore", -4, W, NULL,
+        KEY("destination", AT(1), OVERWRITE), KEY("source", NUMKEYS(2, 1), NONE)),
+};
+
+#define NROWS ((int)(sizeof(command_table) / sizeof(command_table[0])))
+
+/*
+ * Every top-level command name redis-server 7.0.15 knows, reads included.
+ * Generated by tests/integration/tools/gen_command_names.py; the integration
+ * suite checks it against the server's COMMAND LIST.
+ */
+static const char *const known_commands[] = {
+    "acl", "append", "asking", "auth", "bgrewriteaof", "bgsave", "bitcount", "bitfield",
+    "bitfield_ro", "bitop", "bitpos", "blmove", "blmpop", "blpop", "brpop", "brpoplpush", "bzmpop",
+    "bzpopmax", "bzpopmin", "client", "cluster", "command", "config", "copy", "dbsize", "debug",
+    "decr", "decrby", "del", "discard", "dump", "echo", "eval", "eval_ro", "evalsha", "evalsha_ro",
+    "exec", "exists", "expire", "expireat", "expiretime", "failover", "fcall", "fcall_ro",
+    "flushall", "flushdb", "function", "geoadd", "geodist", "geohash", "geopos", "georadius",
+    "georadius_ro", "georadiusbymember", "georadiusbymember_ro", "geosearch", "geosearchstore",
+    "get", "getbit", "getdel", "getex", "getrange", "getset", "hdel", "hello", "hexists", "hget",
+    "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hmset", "hrandfield", "hscan",
+    "hset", "hsetnx", "hstrlen", "hvals", "incr", "incrby", "incrbyfloat", "info", "keys",
+    "lastsave", "latency", "lcs", "lindex", "linsert", "llen", "lmove", "lmpop", "lolwut", "lpop",
+    "lpos", "lpush", "lpushx", "lrange", "lrem", "lset", "ltrim", "memory", "mget", "migrate",
+    "module", "monitor", "move", "mset", "msetnx", "multi", "object", "persist", "pexpire",
+    "pexpireat", "pexpiretime", "pfadd", "pfcount", "pfdebug", "pfmerge", "pfselftest", "ping",
+    "psetex", "psubscribe", "psync", "pttl", "publish", "pubsub", "punsubscribe", "quit",
+    "randomkey", "readonly", "readwrite", "rename", "renamenx", "replconf", "replicaof", "reset",
+    "restore", "restore-asking", "role", "rpop", "rpoplpush", "rpush", "rpushx", "sadd", "save",
+    "scan", "scard", "script", "sdiff", "sdiffstore", "select", "set", "setbit", "setex", "setnx",
+    "setrange", "shutdown", "sinter", "sintercard", "sinterstore", "sismember", "slaveof",
+    "slowlog", "smembers", "smismember", "smove", "sort", "sort_ro", "spop", "spublish",
+    "srandmember", "srem", "sscan", "ssubscribe", "strlen", "subscribe", "substr", "sunion",
+    "sunionstore", "sunsubscribe", "swapdb", "sync", "time", "touch", "ttl", "type", "unlink",
+    "unsubscribe", "unwatch", "wait", "watch", "xack", "xadd", "xautoclaim", "xclaim", "xdel",
+    "xgroup", "xinfo", "xlen", "xpending", "xrange", "xread", "xreadgroup", "xrevrange", "xsetid",
+    "xtrim", "zadd", "zcard", "zcount", "zdiff", "zdiffstore", "zincrby", "zinter", "zintercard",
+    "zinterstore", "zlexcount", "zmpop", "zmscore", "zpopmax", "zpopmin", "zrandmember", "zrange",
+    "zrangebylex", "zrangebyscore", "zrangestore", "zrank", "zrem", "zremrangebylex",
+    "zremrangebyrank", "zremrangebyscore", "zrevrange", "zrevrangebylex", "zrevrangebyscore",
+    "zrevrank", "zscan", "zscore", "zunion", "zunionstore",
+};
+
+#define NKNOWN ((int)(sizeof(known_commands) / sizeof(known_commands[0])))
+
+/* ------------------------------------------------------------------------ */
+/* Lookup                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * command_lookup() and command_is_known() run for every request, so both are
+ * one probe into an open-addressing hash table over the known names, filled
+ * once at program start. The request's name is folded to lowercase while it
+ * is hashed, in a stack buffer: no allocation.
+ */
+#define NAME_SLOTS 1024             /* power of two, over 4x the known names: short probes */
+
+struct name_slot {
+    const char *name;               /* NULL: empty */
+    size_t len;
+    const struct command *row;      /* NULL for names the table does not need */
+};
+
+static struct name_slot name_slots[NAME_SLOTS];
+
+/* FNV-1a over the lowercased name, which it leaves in folded[]. */
+static uint32_t name_hash(const char *name, size_t len, char *folded)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)name[i];
+
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (unsigned char)(ch + ('a' - 'A'));
+        folded[i] = (char)ch;
+        h = (h ^ ch) * 16777619u;
+    }
+    return h;
+}
+
+static struct name_slot *slot_find(const char *name, size_t len)
+{
+    char folded[NAME_MAX_LEN];
+
+    if (len == 0 || len > NAME_MAX_LEN)
+        return NULL;
+    uint32_t i = name_hash(name, len, folded) & (NAME_SLOTS - 1);
+    for (; name_slots[i].name != NULL; i = (i + 1) & (NAME_SLOTS - 1)) {
+        if (name_slots[i].len == len && memcmp(name_slots[i].name, folded, len) == 0)
+            return &name_slots[i];
+    }
+    return NULL;
+}
+
+/* Fills name_slots[] before main() runs, so that lookups never race an
+ * initialisation and need no "initialised yet?" branch. */
+__attribute__((constructor)) static void commands_init(void)
+{
+    char folded[NAME_MAX_LEN];
+
+    for (int k = 0; k < NKNOWN; k++) {
+        size_t len = strlen(known_commands[k]);
+
+        if (len > NAME_MAX_LEN)
+            ttlg_assert_fail("known command names fit NAME_MAX_LEN", __FILE__, __LINE__);
+        uint32_t i = name_hash(known_commands[k], len, folded) & (NAME_SLOTS - 1);
+
+        while (name_slots[i].name != NULL)
+            i = (i + 1) & (NAME_SLOTS - 1);
+        name_slots[i].name = known_commands[k];
+        name_slots[i].len = len;
+    }
+    for (int r = 0; r < NROWS; r++) {
+        const struct command *c = &command_table[r];
+        struct name_slot *s = slot_find(c->name, strlen(c->name));
+
+        /* Mistakes in the table itself: caught by the first run of any test. */
+        if (s == NULL)
+            ttlg_assert_fail("every table row is a known command", __FILE__, __LINE__);
+        for (int i = 0; i < c->nsubs; i++) {
+            if (c->subs[i].nspecs > MAX_SPECS)
+                ttlg_assert_fail("subcommand key specs <= MAX_SPECS", __FILE__, __LINE__);
+        }
+        if (c->nspecs > MAX_SPECS)
+            ttlg_assert_fail("key specs <= MAX_SPECS", __FILE__, __LINE__);
+        s->row = c;
+    }
+}
+
+const struct command *command_lookup(const char *name, size_t len)
+{
+    const struct name_slot *s = slot_find(name, len);
+
+    return s != NULL ? s->row : NULL;
+}
+
+int command_is_known(const char *name, size_t len)
+{
+    return slot_find(name, len) != NULL;
+}
+
+const char *command_name(const struct command *c)
+{
+    return c->name;
+}
+
+unsigned command_flags(const struct command *c)
+{
+    return c->flags;
+}
+
+int command_arity_ok(const struct command *c, int argc)
+{
+    return c->arity >= 0 ? argc == c->arity : argc >= -c->arity;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Keys                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* A container's row for argv[1]: redis finds subcommands by exact length,
+ * case-insensitive. */
+static const struct command *sub_lookup(const struct command *c, struct slice sub)
+{
+    size_t prefix = strlen(c->name) + 1;       /* "xgroup|" */
+
+    for (int i = 0; i < c->nsubs; i++) {
+        const char *name = c->subs[i].name + prefix;
+
+        if (slice_eq_nocase(sub, name))
+            return &c->subs[i];
+    }
+    return NULL;
+}
+
+/* Redis's keyword search: from argv[index] towards the end, or when index is
+ * negative from argv[argc + index] backwards; the search stops before the
+ * last argument (forwards) or before argv[1] (backwards). Returns the index
+ * after the keyword, or -1 when it is absent. */
+static int keyword_search(const struct key_spec *ks, int argc, const struct slice *argv)
+{
+    int start = ks->index > 0 ? ks->index : argc + ks->index;
+    int end = ks->index > 0 ? argc - 1 : 1;
+
+    for (int i = start; i != end; i = start <= end ? i + 1 : i - 1) {
+        if (i >= argc || i < 1)
+            break;
+        if (arg_is(argv[i], ks->keyword))
+            return i + 1;
+    }
+    return -1;
+}
+
+/* Appends the keys of one spec with an effect to out[n...]. Returns the new
+ * count, or -1 when the keys do not fit in argv (redis refuses it). */
+static int spec_keys(const struct key_spec *ks, const struct spec_use *u, int argc,
+                     const struct slice *argv, struct key_ref *out, int n)
+{
+    int first, last, step = 1;
+
+    switch (ks->begin) {
+    case KS_INDEX:
+        first = ks->index;
+        break;
+    case KS_KEYWORD:
+        first = keyword_search(ks, argc, argv);
+        if (first < 0)
+            return n;
+        break;
+    default:    /* KS_OPTION */
+        if (u->argi < 0)
+            return n;
+        first = u->argi;
+        break;
+    }
+
+    if (ks->begin == KS_OPTION) {
+        last = first;
+    } else if (ks->find == KS_NUMKEYS) {
+        long long numkeys;
+
+        if (first >= argc || slice_to_ll(argv[first], &numkeys) < 0 ||
+            numkeys < ks->minkeys || numkeys > argc - first - 1)
+            return -1;
+        first++;
+        last = first + (int)numkeys - 1;
+    } else {
+        if (ks->last >= 0)
+            last = first + ks->last;
+        else if (ks->limit == 0)
+            last = argc + ks->last;
+        else
+            last = first + (argc - first) / ks->limit + ks->last;
+        step = ks->step;
+    }
+    if (last >= argc)
+        return -1;
+    if (u->effect == TE_NONE)
+        return n;
+    for (int i = first; i <= last; i += step) {
+        out[n].argi = i;
+        out[n].effect = u->effect;
+        out[n].ttl_unit = u->effect == TE_SETS_TTL ? u->ttl_unit : 0;
+        out[n].ttl_argi = u->effect == TE_SETS_TTL ? u->ttl_argi : -1;
+        n++;
+    }
+    return n;
+}
+
+int command_keys(const struct command *c, int argc, const struct slice *argv, struct key_ref *out)
+{
+    struct spec_use use[MAX_SPECS];
+    int n = 0;
+
+    if (!command_arity_ok(c, argc))
+        return -1;
+    if (c->subs != NULL) {
+        c = sub_lookup(c, argv[1]);
+        if (c == NULL || !command_arity_ok(c, argc))
+            return -1;
+    }
+    if (c->flags & CMD_UNVERIFIED)
+        return -2;
+    for (int i = 0; i < c->nspecs; i++) {
+        use[i].effect = c->specs[i].effect;
+        use[i].ttl_unit = TTL_SEC;
+        use[i].ttl_argi = -1;
+        use[i].argi = -1;
+    }
+    if (c->options != NULL) {
+        int rc = c->options(argc, argv, use);
+
+        if (rc != 0)
+            return rc;
+    }
+    for (int i = 0; i < c->nspecs && n >= 0; i++)
+        n = spec_keys(&c->specs[i], &use[i], argc, argv, out, n);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Printing                                                                  */
+/* ------------------------------------------------------------------------ */
+
+const char *ttl_effect_name(enum ttl_effect e)
+{
+    switch (e) {
+    case TE_NONE:       return "none";
+    case TE_CREATE:     return "create";
+    case TE_OVERWRITE:  return "overwrite";
+    case TE_PERSIST:    return "persist";
+    case TE_SETS_TTL:   return "sets-ttl";
+    }
+    return "?";
+}
+
+static void print_flags(FILE *out, unsigned flags)
+{
+    static const struct { unsigned flag; const char *name; } names[] = {
+        { CMD_WRITE, "write" }, { CMD_BLOCKING, "blocking" }, { CMD_SCRIPT, "script" },
+        { CMD_UNVERIFIED, "unverified" }, { CMD_EXPIRE, "expire" }, { CMD_NOSCRIPT, "noscript" },
+    };
+    const char *sep = "";
+
+    if (flags == 0) {
+        fputs(" -", out);
+        return;
+    }
+    fputc(' ', out);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (flags & names[i].flag) {
+            fprintf(out, "%s%s", sep, names[i].name);
+            sep = ",";
+        }
+    }
+}
+
+static void print_range(FILE *out, const struct key_spec *ks)
+{
+    if (ks->last != 0)
+        fprintf(out, "..%d", ks->last);
+    if (ks->step != 1)
+        fprintf(out, "/%d", ks->step);
+    if (ks->limit != 0)
+        fprintf(out, "%%%d", ks->limit);
+}
+
+static void print_spec(FILE *out, const struct key_spec *ks)
+{
+    const char *sep = "";
+
+    fprintf(out, " %s@", ks->role);
+    switch (ks->begin) {
+    case KS_INDEX:
+        fprintf(out, "%d", ks->index);
+        break;
+    case KS_KEYWORD:
+        fprintf(out, "after(%s,%d)", ks->keyword, ks->index);
+        break;
+    default:
+        fprintf(out, "opt(%s)", ks->keyword);
+        break;
+    }
+    if (ks->begin != KS_OPTION) {
+        if (ks->find == KS_NUMKEYS)
+            fputs("+numkeys", out);
+        else
+            print_range(out, ks);
+    }
+    fputc(':', out);
+    for (int e = TE_NONE; e <= TE_SETS_TTL; e++) {
+        if (ks->may & (1u << e)) {
+            fprintf(out, "%s%s", sep, ttl_effect_name((enum ttl_effect)e));
+            sep = "|";
+        }
+    }
+}
+
+static void print_row(FILE *out, const struct command *c)
+{
+    fprintf(out, "%s %d", c->name, c->arity);
+    print_flags(out, c->flags);
+    for (int i = 0; i < c->nspecs; i++)
+        print_spec(out, &c->specs[i]);
+    fputc('\n', out);
+}
+
+/* The format is documented in commands.h. */
+void commands_print(FILE *out)
+{
+    for (int r = 0; r < NROWS; r++) {
+        print_row(out, &command_table[r]);
+        for (int s = 0; s < command_table[r].nsubs; s++)
+            print_row(out, &command_table[r].subs[s]);
+    }
+}

@@ -1,0 +1,680 @@
+#!/usr/bin/python3
+"""
+probe_ttl_effects: what each write command does to a key's TTL, observed on a
+real redis-server, compared with ttlguard's command table.
+
+    probe_ttl_effects.py --port 7100 [--eval BIN | --lib LIBTTLGUARD_CORE_A] [-v]
+
+Every case is one command with placeholders for its keys, named after the key
+roles of `ttlguard commands` ({key}, {source1}, {destination}). For each key of
+a case, two experiments run on the server (one pipeline per case):
+
+  (a) the key is missing, the case's other keys are set up -> run -> PTTL key:
+      missing, created without a TTL, or created with a TTL;
+  (b) the key exists with a TTL of 1000 s -> run -> PTTL key: TTL kept,
+      dropped, replaced, or the key deleted.
+
+The two outcomes allow one or more effects (see allowed_effects()); the
+table's answer for that key of that argv (command_keys(), through the
+command_eval tool) must be one of them. A TE_SETS_TTL answer must also point at
+the argument and unit that give the TTL the server set. And every key the
+table names must be a key to the server too (COMMAND GETKEYS).
+
+A few more experiments check what the table's comments rely on (CARRY_CASES:
+COPY, RENAME, RENAMENX and MOVE give the destination the source's TTL) and
+that the table refuses (-1) exactly the arguments the server refuses
+(SYNTAX_CASES).
+
+Exit status 1 when anything disagrees. The integration suite
+(tests/integration/test_command_table.py) runs the same functions.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import redis
+
+DB = 9                  # the probe's keys live here; MOVE goes to DB + 1
+PREFIX = "ttlg:probe:"
+TTL_MS = 1000000        # the TTL a key has before experiment (b)
+CASE_TTL = 5000         # seconds: every TTL a case sets, far from TTL_MS
+TOLERANCE_MS = 3000
+
+# How each type of key is set up; "{k}" is the key's name.
+SETUP = {
+    "string": [["SET", "{k}", "abc"]],
+    "int": [["SET", "{k}", "10"]],
+    "float": [["SET", "{k}", "1.5"]],
+    "list": [["RPUSH", "{k}", "a", "b", "c"]],
+    "numlist": [["RPUSH", "{k}", "3", "1", "2"]],
+    "set": [["SADD", "{k}", "a", "b", "c"]],
+    "set2": [["SADD", "{k}", "c", "d", "e"]],
+    "zset": [["ZADD", "{k}", "1", "a", "2", "b", "3", "c"]],
+    "zset2": [["ZADD", "{k}", "3", "c", "4", "d"]],
+    "hash": [["HSET", "{k}", "f", "1", "g", "2"]],
+    "hll": [["PFADD", "{k}", "a", "b", "c"]],
+    "geo": [["GEOADD", "{k}", "13.361389", "38.115556", "Palermo",
+             "15.087269", "37.502669", "Catania"]],
+    # A stream with a group g whose consumer c has entry 1-1 pending.
+    "stream": [["XADD", "{k}", "1-1", "f", "v"], ["XGROUP", "CREATE", "{k}", "g", "0"],
+               ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "{k}", ">"]],
+}
+
+SCRIPT_SET = "return redis.call('SET', KEYS[1], 'x')"
+SCRIPT_GET = "return redis.call('GET', KEYS[1])"
+LIBRARY = """#!lua name=ttlg_probe
+redis.register_function('ttlg_probe_set', function(keys, args)
+  return redis.call('SET', keys[1], 'x') end)
+redis.register_function{function_name='ttlg_probe_get', flags={'no-writes'},
+  callback=function(keys, args) return redis.call('GET', keys[1]) end}
+"""
+
+
+class Case:
+    """cmd: words separated by spaces; {role} placeholders are keys (their
+    type in keys=), {ex} {px} {exat} {pxat} {dump} {script_set} ... are
+    values. absent: keys missing in the setup of the other keys' experiments
+    (as MSETNX needs)."""
+
+    def __init__(self, cmd, absent=(), **keys):
+        self.cmd = cmd
+        self.keys = keys
+        self.absent = set(absent)
+
+    def __repr__(self):
+        return self.cmd
+
+
+C = Case
+CASES = [
+    # strings
+    C("APPEND {key} x", key="string"),
+    C("BITFIELD {key} SET u8 0 255", key="string"),
+    C("BITFIELD {key} INCRBY u8 0 1", key="string"),
+    C("BITFIELD {key} OVERFLOW FAIL INCRBY u8 0 1", key="string"),
+    C("BITFIELD {key} GET u8 0", key="string"),
+    C("BITOP OR {destination} {source1} {source2}", destination="string",
+      source1="string", source2="string"),
+    C("BITOP NOT {destination} {source}", destination="string", source="string"),
+    C("DECR {key}", key="int"),
+    C("DECRBY {key} 2", key="int"),
+    C("GETDEL {key}", key="string"),
+    C("GETEX {key}", key="string"),
+    C("GETEX {key} PERSIST", key="string"),
+    C("GETEX {key} EX {ex}", key="string"),
+    C("GETEX {key} PX {px}", key="string"),
+    C("GETEX {key} EXAT {exat}", key="string"),
+    C("GETEX {key} PXAT {pxat}", key="string"),
+    C("GETSET {key} v", key="string"),
+    C("INCR {key}", key="int"),
+    C("INCRBY {key} 2", key="int"),
+    C("INCRBYFLOAT {key} 1.5", key="float"),
+    C("MSET {key1} v {key2} v", key1="string", key2="string"),
+    C("MSETNX {key1} v {key2} v", absent=("key1", "key2"), key1="string", key2="string"),
+    C("PSETEX {key} {px} v", key="string"),
+    C("SET {key} v", key="string"),
+    C("SET {key} v GET", key="string"),
+    C("SET {key} v XX", key="string"),
+    C("SET {key} v NX", key="string"),
+    C("SET {key} v NX GET", key="string"),
+    C("SET {key} v KEEPTTL", key="string"),
+    C("SET {key} v XX KEEPTTL", key="string"),
+    C("SET {key} v EX {ex}", key="string"),
+    C("SET {key} v PX {px} GET", key="string"),
+    C("SET {key} v EXAT {exat}", key="string"),
+    C("SET {key} v PXAT {pxat}", key="string"),
+    C("SET {key} v NX EX {ex}", key="string"),
+    C("SETBIT {key} 7 1", key="string"),
+    C("SETEX {key} {ex} v", key="string"),
+    C("SETNX {key} v", key="string"),
+    C("SETRANGE {key} 2 xyz", key="string"),
+    # keyspace
+    C("COPY {source} {destination}", source="string", destination="string"),
+    C("COPY {source} {destination} REPLACE", source="string", destination="string"),
+    C("DEL {key1} {key2}", key1="string", key2="list"),
+    C("UNLINK {key1} {key2}", key1="string", key2="list"),
+    C("EXPIRE {key} {ex}", key="string"),
+    C("EXPIRE {key} {ex} GT", key="string"),
+    C("PEXPIRE {key} {px} XX", key="string"),
+    C("EXPIREAT {key} {exat}", key="string"),
+    C("PEXPIREAT {key} {pxat}", key="string"),
+    C("PERSIST {key}", key="string"),
+    C("MOVE {key} %d" % (DB + 1), key="string"),
+    C("RENAME {source} {destination}", source="string", destination="string"),
+    C("RENAMENX {source} {destination}", source="string", destination="string"),
+    C("RESTORE {key} 0 {dump}", key="string"),
+    C("RESTORE {key} 0 {dump} REPLACE", key="string"),
+    C("RESTORE {key} {px} {dump}", key="string"),
+    C("RESTORE {key} {px} {dump} REPLACE IDLETIME 10", key="string"),
+    C("RESTORE {key} {pxat} {dump} ABSTTL REPLACE", key="string"),
+    C("RESTORE-ASKING {key} 0 {dump}", key="string"),
+    C("RESTORE-ASKING {key} 0 {dump} REPLACE", key="string"),
+    C("RESTORE-ASKING {key} {px} {dump} REPLACE", key="string"),
+    C("SORT {key}", key="numlist"),
+    C("SORT {key} STORE {destination}", key="numlist", destination="list"),
+    C("SORT {key} ALPHA STORE {key2} STORE {destination} LIMIT 0 2", key="numlist",
+      key2="list", destination="list"),
+    # lists
+    C("BLMOVE {source} {destination} LEFT RIGHT 0.01", source="list", destination="list"),
+    C("BLMPOP 0.01 2 {key1} {key2} LEFT", key1="list", key2="list"),
+    C("BLPOP {key} 0.01", key="list"),
+    C("BRPOP {key} 0.01", key="list"),
+    C("BRPOPLPUSH {source} {destination} 0.01", source="list", destination="list"),
+    C("LINSERT {key} BEFORE b x", key="list"),
+    C("LMOVE {source} {destination} LEFT LEFT", source="list", destination="list"),
+    C("LMPOP 1 {key} LEFT", key="list"),
+    C("LPOP {key}", key="list"),
+    C("LPUSH {key} x", key="list"),
+    C("LPUSHX {key} x", key="list"),
+    C("LREM {key} 0 a", key="list"),
+    C("LSET {key} 0 x", key="list"),
+    C("LTRIM {key} 0 1", key="list"),
+    C("RPOP {key}", key="list"),
+    C("RPOPLPUSH {source} {destination}", source="list", destination="list"),
+    C("RPUSH {key} x", key="list"),
+    C("RPUSHX {key} x", key="list"),
+    # sets
+    C("SADD {key} x", key="set"),
+    C("SDIFFSTORE {destination} {source1} {source2}", destination="set", source1="set",
+      source2="set2"),
+    C("SINTERSTORE {destination} {source1} {source2}", destination="set", source1="set",
+      source2="set2"),
+    C("SUNIONSTORE {destination} {source1} {source2}", destination="set", source1="set",
+      source2="set2"),
+    C("SMOVE {source} {destination} a", source="set", destination="set2"),
+    C("SPOP {key}", key="set"),
+    C("SREM {key} a", key="set"),
+    # hashes
+    C("HDEL {key} f", key="hash"),
+    C("HINCRBY {key} f 1", key="hash"),
+    C("HINCRBYFLOAT {key} f 1.5", key="hash"),
+    C("HMSET {key} f v", key="hash"),
+    C("HSET {key} f v h w", key="hash"),
+    C("HSETNX {key} h v", key="hash"),
+    # sorted sets
+    C("BZMPOP 0.01 1 {key} MIN", key="zset"),
+    C("BZPOPMAX {key} 0.01", key="zset"),
+    C("BZPOPMIN {key} 0.01", key="zset"),
+    C("ZADD {key} 1 x", key="zset"),
+    C("ZADD {key} NX CH 1 x", key="zset"),
+    C("ZADD {key} INCR 1 a", key="zset"),
+    C("ZADD {key} XX GT 5 a", key="zset"),
+    C("ZDIFFSTORE {destination} 2 {source1} {source2}", destination="zset", source1="zset",
+      source2="zset2"),
+    C("ZINCRBY {key} 1 a", key="zset"),
+    C("ZINTERSTORE {destination} 2 {source1} {source2}", destination="zset", source1="zset",
+      source2="zset2"),
+    C("ZUNIONSTORE {destination} 2 {source1} {source2} WEIGHTS 1 2", destination="zset",
+      source1="zset", source2="zset2"),
+    C("ZMPOP 1 {key} MIN", key="zset"),
+    C("ZPOPMAX {key}", key="zset"),
+    C("ZPOPMIN {key}", key="zset"),
+    C("ZRANGESTORE {destination} {source} 0 -1", destination="zset", source="zset"),
+    C("ZREM {key} a", key="zset"),
+    C("ZREMRANGEBYLEX {key} [a [a", key="zset"),
+    C("ZREMRANGEBYRANK {key} 0 0", key="zset"),
+    C("ZREMRANGEBYSCORE {key} 1 1", key="zset"),
+    # geo
+    C("GEOADD {key} 13.5 38.1 X", key="geo"),
+    C("GEOADD {key} XX CH 13.361389 38.115556 Palermo", key="geo"),
+    C("GEORADIUS {key} 15 37 200 km", key="geo"),
+    C("GEORADIUS {key} 15 37 200 km ASC COUNT 5 STORE {destination}", key="geo",
+      destination="zset"),
+    C("GEORADIUS {key} 15 37 200 km STORE {key2} STOREDIST {destination}", key="geo",
+      key2="zset", destination="zset"),
+    C("GEORADIUSBYMEMBER {key} Palermo 200 km STORE {destination}", key="geo",
+      destination="zset"),
+    C("GEOSEARCHSTORE {destination} {source} FROMLONLAT 15 37 BYRADIUS 200 km",
+      destination="zset", source="geo"),
+    # hyperloglog
+    C("PFADD {key} x", key="hll"),
+    C("PFMERGE {destination} {source}", destination="hll", source="hll"),
+    C("PFDEBUG TODENSE {key}", key="hll"),
+    # streams
+    C("XACK {key} g 1-1", key="stream"),
+    C("XADD {key} * f v", key="stream"),
+    C("XADD {key} MAXLEN ~ 10 * f v", key="stream"),
+    C("XADD {key} NOMKSTREAM * f v", key="stream"),
+    C("XAUTOCLAIM {key} g c2 0 0", key="stream"),
+    C("XCLAIM {key} g c2 0 1-1", key="stream"),
+    C("XDEL {key} 1-1", key="stream"),
+    C("XGROUP CREATE {key} g2 $", key="stream"),
+    C("XGROUP CREATE {key} g2 $ MKSTREAM", key="stream"),
+    C("XGROUP CREATE {key} g2 0 ENTRIESREAD 0 MKSTREAM", key="stream"),
+    C("XGROUP CREATECONSUMER {key} g c3", key="stream"),
+    C("XGROUP DELCONSUMER {key} g c", key="stream"),
+    C("XGROUP DESTROY {key} g", key="stream"),
+    C("XGROUP SETID {key} g 0", key="stream"),
+    C("XREAD BLOCK 10 STREAMS {key} 0", key="stream"),
+    C("XREADGROUP GROUP g c2 BLOCK 10 STREAMS {key} >", key="stream"),
+    C("XSETID {key} 5-5", key="stream"),
+    C("XTRIM {key} MAXLEN 0", key="stream"),
+    # scripts: the table declares their keys overwritten, the worst a script can
+    # do; the scripts here do just that (SET), or only read (the _RO variants)
+    C("EVAL {script_set} 1 {key}", key="string"),
+    C("EVALSHA {sha_set} 1 {key}", key="string"),
+    C("EVAL_RO {script_get} 1 {key}", key="string"),
+    C("EVALSHA_RO {sha_get} 1 {key}", key="string"),
+    C("FCALL ttlg_probe_set 1 {key}", key="string"),
+    C("FCALL_RO ttlg_probe_get 1 {key}", key="string"),
+]
+
+# The destination gets the source's TTL: source has a TTL of 777 s,
+# destination missing -> the destination's TTL (in database `db`).
+CARRY_CASES = [
+    ("COPY {source} {destination}", DB),
+    ("COPY {source} {destination} REPLACE", DB),
+    ("RENAME {source} {destination}", DB),
+    ("RENAMENX {source} {destination}", DB),
+    ("MOVE {source} %d" % (DB + 1), DB + 1),
+]
+
+# Arguments the table must refuse (-1) exactly when redis-server refuses them:
+# (argv, refused[, type of {k}]). Run on missing keys, where only the
+# arguments can fail, unless a type for {k} is given.
+SYNTAX_CASES = [
+    ("SET {k} v NX XX", True), ("SET {k} v XX NX", True), ("SET {k} v EX 0", True),
+    ("SET {k} v EX -5", True), ("SET {k} v EX 1.5", True), ("SET {k} v EX", True),
+    ("SET {k} v EX 10 PX 10", True), ("SET {k} v KEEPTTL EX 10", True),
+    ("SET {k} v EX 10 KEEPTTL", True), ("SET {k} v PERSIST", True),
+    ("SET {k} v EX 9223372036854776", True), ("SET {k} v FOO", True),
+    ("SET {k} v EX 9223372036854775", True), ("SET {k} v PX 9223372036854775807", True),
+    ("SET {k} v PX 9223372036854776", False), ("SET {k} v PXAT 9223372036854775807", False),
+    ("PEXPIRE {k} 9223372036854775807", True, "string"),
+    ("EXPIRE {k} 9223372036854775", True, "string"),
+    ("EXPIREAT {k} 9223372036854775", False, "string"),
+    ("PEXPIRE {k} -9223372036854775808", False, "string"),
+    ("SET {k} v EX 10 EX 20", False), ("SET {k} v NX NX GET GET", False),
+    ("SET {k} v PX 10000 px 20000", False), ("SET {k} v nx\0junk", False),
+    ("SET {k} v KEEPTTL KEEPTTL", False), ("SET {k} v XX KEEPTTL GET", False),
+    ("GETEX {k} PERSIST EX 10", True), ("GETEX {k} EX 10 PERSIST", True),
+    ("GETEX {k} NX", True), ("GETEX {k} KEEPTTL", True),
+    # On a missing key GETEX answers nil before it looks at the expiry.
+    ("GETEX {k} EX 0", True, "string"), ("GETEX {k} PX -1", True, "string"),
+    ("GETEX {k} PERSIST PERSIST", False), ("GETEX {k} EXAT 99999999999", False),
+    ("SETEX {k} 0 v", True), ("SETEX {k} x v", True), ("PSETEX {k} -1 v", True),
+    ("SETEX {k} 10 v", False),
+    ("EXPIRE {k} 10 NX XX", True), ("EXPIRE {k} 10 GT LT", True), ("EXPIRE {k} 10 FOO", True),
+    ("EXPIRE {k} ten", True), ("EXPIRE {k} 9223372036854776", True),
+    ("EXPIRE {k} 10 XX GT", False), ("EXPIRE {k} -10", False), ("PEXPIREAT {k} 10 nx", False),
+    ("MSET {k} v {k2}", True), ("MSETNX {k} v {k2}", True), ("MSET {k} v {k2} w", False),
+    ("HSET {k} f v g", True), ("HMSET {k} f v g w", False),
+    ("COPY {k} {k}", True), ("COPY {k} {k2} DB x", True), ("COPY {k} {k2} FOO", True),
+    ("COPY {k} {k2} DB", True), ("COPY {k} {k2} REPLACE REPLACE", False),
+    ("RESTORE {k} -1 {dump}", True), ("RESTORE {k} x {dump}", True),
+    ("RESTORE {k} 0 {dump} FREQ 300", True), ("RESTORE {k} 0 {dump} IDLETIME -1", True),
+    ("RESTORE {k} 0 {dump} IDLETIME 5 FREQ 5", True), ("RESTORE {k} 0 {dump} FOO", True),
+    ("RESTORE {k} 0 {dump} REPLACE REPLACE ABSTTL", False),
+    ("RESTORE {k} 0 {dump} FREQ 5", False),
+    ("SORT {k} STORE", True), ("SORT {k} LIMIT 0", True), ("SORT {k} LIMIT x 1", True),
+    ("SORT {k} FOO", True), ("SORT {k} STORE {k2} STORE {k3} DESC ALPHA", False),
+    ("SORT {k} BY nosort GET # LIMIT 0 1", False),
+    ("BITFIELD {k} SET u8 0", True), ("BITFIELD {k} OVERFLOW FOO", True),
+    ("BITFIELD {k} FOO", True), ("BITFIELD {k} OVERFLOW SAT SET u8 0 1 GET u8 0", False),
+    ("BITOP NOT {k} {k2} {k3}", True), ("BITOP FOO {k} {k2}", True),
+    ("BITOP XOR {k} {k2} {k3}", False),
+    ("LMOVE {k} {k2} UP DOWN", True), ("LMOVE {k} {k2} left RIGHT", False),
+    ("BLMOVE {k} {k2} LEFT UP 0.01", True),
+    ("ZADD {k} NX XX 1 a", True), ("ZADD {k} GT LT 1 a", True), ("ZADD {k} NX GT 1 a", True),
+    ("ZADD {k} 1", True), ("ZADD {k} 1 a 2", True), ("ZADD {k} INCR 1 a 2 b", True),
+    ("ZADD {k} CH", True), ("ZADD {k} XX CH GT 1 a", False), ("ZADD {k} NX NX 1 a 2 b", False),
+    ("GEOADD {k} XX 1 2", True), ("GEOADD {k} NX XX 1 2 m", True),
+    ("GEOADD {k} CH CH CH", True), ("GEOADD {k} CH 1 2 m", False),
+    ("GEORADIUS {k} 15 37 200 km STORE {k2} WITHDIST", True),
+    ("GEORADIUS {k} 15 37 200 km ANY", True), ("GEORADIUS {k} 15 37 200 km COUNT 0", True),
+    ("GEORADIUS {k} 15 37 200 km STORE", True), ("GEORADIUS {k} 15 37 200 km FOO", True),
+    ("GEORADIUS {k} 15 37 200 km COUNT 1 ANY STOREDIST {k2}", False),
+    ("GEORADIUSBYMEMBER {k} m 200 km WITHCOORD", False),
+    ("XADD {k} * f", True), ("XADD {k} * f v g", True), ("XADD {k} LIMIT 10 * f v", True),
+    ("XADD {k} MAXLEN 10 LIMIT 10 * f v", True), ("XADD {k} MAXLEN -1 * f v", True),
+    ("XADD {k} MAXLEN 10 MINID 0 * f v", True), ("XADD {k} MAXLEN", True),
+    ("XADD {k} NOMKSTREAM MAXLEN ~ 10 LIMIT 5 * f v", False),
+    ("XADD {k} MINID = 0 1-1 f v", False), ("XADD {k} nomkstream * maxlen 1", False),
+    ("XGROUP CREATE {k} g $ MKSTREAM FOO", True), ("XGROUP FOO {k}", True),
+    ("XGROUP CREATE {k} g", True), ("XGROUP CREATE {k} g $ ENTRIESREAD x MKSTREAM", True),
+    ("XGROUP CREATE {k} g $ MKSTREAM", False),
+    ("XGROUP CREATE {k} g $ MKSTREAM MKSTREAM MKSTREAM", False),
+    ("XGROUP CREATE {k} g $ MKSTREAM MKSTREAM MKSTREAM MKSTREAM", True),
+    ("EVAL {script_set} 2 {k}", True), ("EVAL {script_set} -1 {k}", True),
+    ("EVAL {script_set} x {k}", True), ("EVAL {script_set} 1 {k} arg", False),
+    ("FCALL ttlg_probe_set 2 {k}", True),
+    ("ZUNIONSTORE {k} 0 {k2}", True), ("ZUNIONSTORE {k} 2 {k2}", True),
+    ("ZINTERSTORE {k} 1 {k2} AGGREGATE MAX", False), ("ZDIFFSTORE {k} 1 {k2}", False),
+]
+
+
+# ---------------------------------------------------------------------------
+# The table's side: the command_eval tool
+# ---------------------------------------------------------------------------
+
+TOOLS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(TOOLS, "..", "..", ".."))
+
+
+def build_command_eval(lib, outdir):
+    """Compile tools/command_eval.c against libttlguard_core.a (with the
+    sanitizers when the library has them). Returns the binary's path."""
+    out = os.path.join(outdir, "command_eval")
+    libs = subprocess.run(["pkg-config", "--libs", "libuv", "hiredis", "inih"],
+                          check=True, capture_output=True, text=True).stdout.split()
+    with open(lib, "rb") as f:
+        sanitize = ["-fsanitize=address,undefined"] if b"__asan_" in f.read() else []
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-I", os.path.join(REPO, "proxy")] +
+                   sanitize + [os.path.join(TOOLS, "command_eval.c"), lib, "-o", out] +
+                   libs + ["-lm"], check=True)
+    return out
+
+
+class TableAnswer:
+    def __init__(self, line):
+        f = dict(w.split("=", 1) for w in line.split()[:3])
+        self.known = f["known"] == "1"
+        self.row = f["row"] == "1"
+        self.rc = None if f["rc"] == "-" else int(f["rc"])
+        self.keys = {}      # argi -> (effect, unit, ttl_argi)
+        for w in line.split()[3:]:
+            argi, effect, unit, ttl_argi = w.split(":")
+            self.keys[int(argi)] = (effect, unit, int(ttl_argi))
+
+
+def table_answers(command_eval, argvs):
+    """command_keys() for each argv (a list of bytes), in order."""
+    text = "".join(" ".join(a.hex() for a in argv) + "\n" for argv in argvs)
+    out = subprocess.run([command_eval], input=text, capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    lines = out.splitlines()
+    assert len(lines) == len(argvs), out
+    return [TableAnswer(line) for line in lines]
+
+
+# ---------------------------------------------------------------------------
+# The server's side
+# ---------------------------------------------------------------------------
+
+MISSING, NO_TTL, WITH_TTL = "missing", "created-no-ttl", "created-with-ttl"
+KEPT, DROPPED, REPLACED, DELETED = "ttl-kept", "ttl-dropped", "ttl-replaced", "deleted"
+
+
+def allowed_effects(a, b):
+    """The effects consistent with outcome a of experiment (a) and b of (b)."""
+    s = set()
+    if a == MISSING and b in (KEPT, DELETED):
+        s.add("none")
+    if a == NO_TTL and b == KEPT:
+        s.add("create")
+    if a in (NO_TTL, MISSING) and b == DROPPED:
+        s.add("overwrite")              # SET ... XX never creates, but drops the TTL
+    if a == MISSING and b == DROPPED:
+        s.add("persist")
+    if a in (MISSING, WITH_TTL) and b in (KEPT, REPLACED) and (a == WITH_TTL or b == REPLACED):
+        s.add("sets-ttl")
+    return s
+
+
+def outcome_a(pttl):
+    return MISSING if pttl == -2 else NO_TTL if pttl == -1 else WITH_TTL
+
+
+def outcome_b(pttl):
+    if pttl == -2:
+        return DELETED
+    if pttl == -1:
+        return DROPPED
+    return KEPT if TTL_MS - TOLERANCE_MS <= pttl <= TTL_MS else REPLACED
+
+
+class Probe:
+    """Runs the experiments on one redis-server (database DB)."""
+
+    def __init__(self, port, host="127.0.0.1"):
+        self.r = redis.Redis(host=host, port=port, db=DB, socket_timeout=30)
+        self.r.ping()
+        # Where MOVE puts keys: emptied of the case's keys around each case.
+        self.next_db = redis.Redis(host=host, port=port, db=DB + 1, socket_timeout=30)
+        self.r.set(PREFIX + "dumped", "restored")
+        self.values = {
+            "dump": self.r.dump(PREFIX + "dumped"),
+            "script_set": SCRIPT_SET.encode(),
+            "script_get": SCRIPT_GET.encode(),
+            "sha_set": self.r.script_load(SCRIPT_SET).encode(),
+            "sha_get": self.r.script_load(SCRIPT_GET).encode(),
+        }
+        self.r.delete(PREFIX + "dumped")
+        self.r.execute_command("FUNCTION LOAD REPLACE", LIBRARY)
+
+    def close(self):
+        self.r.execute_command("FUNCTION DELETE", "ttlg_probe")
+        self.r.close()
+        self.next_db.close()
+
+    def argv(self, cmd):
+        """A case's command with its values and key names filled in. The
+        times are taken now, once: experiments (a) and (b) share them."""
+        now = time.time()
+        values = dict(self.values)
+        values.update(ex=b"%d" % CASE_TTL, px=b"%d" % (CASE_TTL * 1000),
+                      exat=b"%d" % (int(now) + CASE_TTL),
+                      pxat=b"%d" % (int(now * 1000) + CASE_TTL * 1000))
+        out = []
+        for word in cmd.split(" "):
+            if word.startswith("{") and word.endswith("}"):
+                name = word[1:-1]
+                out.append(values[name] if name in values else (PREFIX + name).encode())
+            else:
+                out.append(word.encode())
+        return out
+
+    @staticmethod
+    def _setup(pipe, name, kind):
+        for cmd in SETUP[kind]:
+            pipe.execute_command(*[PREFIX + name if w == "{k}" else w for w in cmd])
+
+    def observe(self, case, argv):
+        """Experiments (a) and (b) for each key of the case: {key: (a, b, pttls,
+        replies)}."""
+        pipe = self.r.pipeline(transaction=False)
+        names = [PREFIX + k for k in case.keys]
+        self.next_db.delete(*names)
+        for probed in case.keys:
+            for experiment in "ab":
+                pipe.delete(*names)
+                for k, kind in case.keys.items():
+                    if k == probed:
+                        if experiment == "b":
+                            self._setup(pipe, k, kind)
+                            pipe.pexpire(PREFIX + k, TTL_MS)
+                    elif k not in case.absent:
+                        self._setup(pipe, k, kind)
+                pipe.execute_command(*argv)
+                pipe.pttl(PREFIX + probed)
+        pipe.delete(*names)
+        replies = pipe.execute(raise_on_error=False)
+        self.next_db.delete(*names)
+
+        # Walk the replies in the order the pipeline was built.
+        out, i = {}, 0
+        for probed in case.keys:
+            seen = []
+            for experiment in "ab":
+                i += 1      # DEL
+                for k, kind in case.keys.items():
+                    if k == probed:
+                        if experiment == "b":
+                            i += len(SETUP[kind]) + 1
+                    elif k not in case.absent:
+                        i += len(SETUP[kind])
+                seen.append((replies[i], replies[i + 1]))
+                i += 2
+            (ra, pa), (rb, pb) = seen
+            out[probed] = (outcome_a(pa), outcome_b(pb), (pa, pb), (ra, rb))
+        return out
+
+    def carry(self, cmd, db):
+        """The destination's TTL in ms after cmd, the source having 777 s."""
+        src, dst = PREFIX + "source", PREFIX + "destination"
+        other = self.r if db == DB else self.next_db
+        self.r.delete(src, dst)
+        other.delete(src, dst)
+        self.r.set(src, "v", px=777000)
+        self.r.execute_command(*self.argv(cmd))
+        ttl = other.pttl(dst if "{destination}" in cmd else src)
+        self.r.delete(src, dst)
+        other.delete(src, dst)
+        return ttl
+
+    def refused(self, argv, kind=None):
+        """True when the server answers argv with an error; the keys missing,
+        or {k} set up as kind."""
+        self.r.delete(PREFIX + "k", PREFIX + "k2", PREFIX + "k3")
+        if kind is not None:
+            self._setup(self.r, "k", kind)
+        try:
+            self.r.execute_command(*argv)
+            refused = False
+        except redis.ResponseError:
+            refused = True
+        self.r.delete(PREFIX + "k", PREFIX + "k2", PREFIX + "k3")
+        return refused
+
+    def getkeys(self, argv):
+        """The key names redis finds in argv (redis-py decodes them)."""
+        try:
+            return set(self.r.execute_command("COMMAND GETKEYS", *argv))
+        except redis.ResponseError:
+            return set()
+
+
+def expected_pttl(argv, unit, ttl_argi, now_ms):
+    v = int(argv[ttl_argi])
+    return {"sec": v * 1000, "ms": v, "unix-sec": v * 1000 - now_ms,
+            "unix-ms": v - now_ms}[unit]
+
+
+# ---------------------------------------------------------------------------
+# The comparisons
+# ---------------------------------------------------------------------------
+
+class Result:
+    def __init__(self, case, key, argi, a, b, allowed, table, problem, command):
+        self.case, self.key, self.argi = case, key, argi
+        self.a, self.b, self.allowed, self.table = a, b, allowed, table
+        self.problem = problem
+        self.command = command      # the row name: "set", "xgroup|create"
+
+    def __str__(self):
+        return "%-62s %-12s a=%-16s b=%-12s observed=%-24s table=%-9s %s" % (
+            self.case.cmd, self.key, self.a, self.b, "|".join(sorted(self.allowed)),
+            self.table, self.problem or "ok")
+
+
+def row_name(argv):
+    name = argv[0].decode().lower()
+    return name + "|" + argv[1].decode().lower() if name in ("xgroup", "function") else name
+
+
+def run_cases(probe, command_eval, cases=CASES):
+    """Every case and key: a Result, .problem set when table and server disagree."""
+    argvs = [probe.argv(c.cmd) for c in cases]
+    answers = table_answers(command_eval, argvs)
+    results = []
+    for case, argv, ans in zip(cases, argvs, answers):
+        now_ms = int(time.time() * 1000)
+        observed = probe.observe(case, argv)
+        server_keys = probe.getkeys(argv)
+        for key, (a, b, pttls, replies) in observed.items():
+            argi = argv.index((PREFIX + key).encode())
+            effect, unit, ttl_argi = ans.keys.get(argi, ("none", None, -1))
+            allowed = allowed_effects(a, b)
+            problem = None
+            if ans.rc is None:
+                problem = "no row in the table"
+            elif ans.rc < 0:
+                problem = "table: command_keys() = %d" % ans.rc
+            elif effect not in allowed:
+                problem = "table says %s; replies %r" % (effect, replies)
+            elif effect == "sets-ttl":
+                want = expected_pttl(argv, unit, ttl_argi, now_ms)
+                got = [p for p in pttls if p > 0 and not (TTL_MS - TOLERANCE_MS <= p <= TTL_MS)]
+                if not got or abs(got[0] - want) > TOLERANCE_MS:
+                    problem = "TTL from argv[%d] as %s is %d ms, the server set %s" % (
+                        ttl_argi, unit, want, pttls)
+            if problem is None and effect != "none" and PREFIX + key not in server_keys:
+                problem = "COMMAND GETKEYS does not list it"
+            results.append(Result(case, key, argi, a, b, allowed, effect, problem,
+                                  row_name(argv)))
+    return results
+
+
+def run_carry(probe):
+    """[(cmd, ttl_ms, problem)]: the destination must have the source's 777 s."""
+    out = []
+    for cmd, db in CARRY_CASES:
+        ttl = probe.carry(cmd, db)
+        ok = 777000 - TOLERANCE_MS <= ttl <= 777000
+        out.append((cmd, ttl, None if ok else "destination TTL %d ms, not the source's" % ttl))
+    return out
+
+
+def run_syntax(probe, command_eval):
+    """[(cmd, refused_by_server, table_rc, problem)]."""
+    argvs = [probe.argv(case[0]) for case in SYNTAX_CASES]
+    answers = table_answers(command_eval, argvs)
+    out = []
+    for case, argv, ans in zip(SYNTAX_CASES, argvs, answers):
+        cmd, expect = case[:2]
+        refused = probe.refused(argv, *case[2:])
+        problem = None
+        if refused != expect:
+            problem = "the case expects the server to %s it" % ("refuse" if expect else "accept")
+        elif refused != (ans.rc == -1):
+            problem = "server %s, command_keys() = %s" % (
+                "refuses" if refused else "accepts", ans.rc)
+        out.append((cmd, refused, ans.rc, problem))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--port", type=int, required=True, help="redis-server port (loopback)")
+    ap.add_argument("--eval", help="a built command_eval binary")
+    ap.add_argument("--lib", default=os.path.join(REPO, "build", "libttlguard_core.a"),
+                    help="libttlguard_core.a to build command_eval with (default %(default)s)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print every observation")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        command_eval = args.eval or build_command_eval(args.lib, tmp)
+        probe = Probe(args.port)
+        try:
+            results = run_cases(probe, command_eval)
+            carry = run_carry(probe)
+            syntax = run_syntax(probe, command_eval)
+        finally:
+            probe.close()
+
+    bad = 0
+    for r in results:
+        if args.verbose or r.problem:
+            print(r)
+        bad += r.problem is not None
+    for cmd, ttl, problem in carry:
+        if args.verbose or problem:
+            print("carry  %-40s destination pttl=%d %s" % (cmd, ttl, problem or "ok"))
+        bad += problem is not None
+    for cmd, refused, rc, problem in syntax:
+        if args.verbose or problem:
+            print("syntax %-60s server=%s table=%s %s" % (
+                cmd.replace("\0", "\\0"), "refuses" if refused else "accepts", rc,
+                problem or "ok"))
+        bad += problem is not None
+    print("%d key experiments, %d carry, %d syntax cases: %d disagreements"
+          % (len(results), len(carry), len(syntax), bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
