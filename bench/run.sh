@@ -1,0 +1,589 @@
+#!/usr/bin/env bash
+#
+# bench/run.sh: requests per second of one redis-server reached directly,
+# through ttlguard and through nutcracker (twemproxy), measured in one run.
+#
+#   pass mode     redis-benchmark GET SET INCR LPUSH MSET at -P 1 and -P 16
+#                 against direct | ttlguard | nutcracker            (issue 2)
+#   rewrite mode  SET INCR LPUSH HSET at -P 1 and -P 16 through three ttlguard
+#                 instances: no rules | rules that miss the benchmark's keys |
+#                 rules that rewrite them                           (issue 3)
+#
+# Why it is built this way:
+# - Interleaved. The machine is shared and its speed drifts over minutes, so
+#   a run of "all of direct, then all of ttlguard" measures the drift. Every
+#   round measures each case on every target back to back (starting with a
+#   different target each time), and the table reports the median of rounds.
+# - Same work everywhere. The request count of a case is calibrated once,
+#   against the table's first target, so that it takes about --seconds there;
+#   every target then runs exactly that many requests.
+# - Same data everywhere. key:* is filled before the first round so GET hits;
+#   mylist and myhash are deleted before each LPUSH/HSET measurement so the
+#   list does not grow across targets and rounds.
+# - Own processes only. Everything runs on free loopback ports of a given
+#   range and is stopped by PID on exit, also on Ctrl-C or an error.
+#
+# Tables go to stdout (Markdown), progress to stderr:
+#   bench/run.sh > bench/results.md
+#
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+usage() {
+    cat <<EOF
+usage: bench/run.sh [--mode pass|rewrite|all] [--quick] [options]
+
+  --mode M          pass: direct vs ttlguard vs nutcracker; rewrite: rewritten
+                    vs pass-through ttlguard; all (default): both tables
+  --quick           short plumbing check (a minute or two): --seconds 0.2
+  --rounds N        rounds per case, the table shows the median (default 3)
+  --seconds S       target length of one measurement, calibrated against the
+                    table's first target (default 2)
+  --targets LIST    pass mode targets, comma separated subset of
+                    direct,ttlguard,nutcracker (default: all three)
+  --pin | --no-pin  pin redis-server to CPU 0, proxies to CPU 1 and
+                    redis-benchmark to the other CPUs; default: pin only when
+                    there are 4 CPUs or more (with 2, the benchmark client and
+                    a proxy would have to share a CPU the other side lacks)
+  --ttlg-option KV  add "KV" (e.g. 'events = /tmp/ev.log') to the [proxy]
+                    section of every ttlguard config; repeatable. An admin
+                    address only with --mode pass (rewrite runs 3 ttlguards)
+  --raw FILE        also write every measurement as CSV to FILE
+  -h, --help        this text
+
+environment:
+  TTLG_BIN          ttlguard binary (default build/ttlguard; when unset and
+                    missing, it is built there with cmake in Release)
+  BENCH_PORTS       loopback port range to use (default 7200-7299)
+  REDIS_SERVER REDIS_CLI REDIS_BENCHMARK NUTCRACKER   tool paths
+EOF
+}
+
+# ---- options ---------------------------------------------------------------
+
+MODE=all
+ROUNDS=3
+SECONDS_PER=2
+PASS_TARGETS=direct,ttlguard,nutcracker
+PIN=auto
+RAW=
+TTLG_OPTIONS=()
+CLIENTS=50
+KEYSPACE=100000
+
+while (($#)); do
+    case $1 in
+    --mode) MODE=${2:?--mode needs a value}; shift ;;
+    --quick) SECONDS_PER=0.2 ;;
+    --rounds) ROUNDS=${2:?--rounds needs a value}; shift ;;
+    --seconds) SECONDS_PER=${2:?--seconds needs a value}; shift ;;
+    --targets) PASS_TARGETS=${2:?--targets needs a value}; shift ;;
+    --pin) PIN=yes ;;
+    --no-pin) PIN=no ;;
+    --ttlg-option) TTLG_OPTIONS+=("${2:?--ttlg-option needs a value}"); shift ;;
+    --raw) RAW=${2:?--raw needs a value}; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "bench/run.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+    shift
+done
+
+die() { echo "bench/run.sh: $*" >&2; exit 1; }
+say() { echo "$*" >&2; }
+
+case $MODE in pass | rewrite | all) ;; *) die "--mode must be pass, rewrite or all" ;; esac
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
+[[ $SECONDS_PER =~ ^[0-9]*\.?[0-9]+$ ]] || die "--seconds must be a number"
+
+IFS=, read -r -a PASS_LIST <<<"$PASS_TARGETS"
+for t in "${PASS_LIST[@]}"; do
+    case $t in direct | ttlguard | nutcracker) ;; *) die "unknown target '$t'" ;; esac
+done
+
+want_pass() { [[ $MODE == pass || $MODE == all ]]; }
+want_rewrite() { [[ $MODE == rewrite || $MODE == all ]]; }
+in_pass() { [[ ",$PASS_TARGETS," == *",$1,"* ]]; }
+need_ttlguard() { want_rewrite || in_pass ttlguard; }
+
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
+REDIS_CLI=${REDIS_CLI:-redis-cli}
+REDIS_BENCHMARK=${REDIS_BENCHMARK:-redis-benchmark}
+NUTCRACKER=${NUTCRACKER:-/usr/sbin/nutcracker}
+BENCH_PORTS=${BENCH_PORTS:-7200-7299}
+PORT_LO=${BENCH_PORTS%-*}
+PORT_HI=${BENCH_PORTS#*-}
+[[ $PORT_LO =~ ^[0-9]+$ && $PORT_HI =~ ^[0-9]+$ ]] || die "BENCH_PORTS must look like 7200-7299"
+
+for tool in "$REDIS_SERVER" "$REDIS_CLI" "$REDIS_BENCHMARK"; do
+    command -v "$tool" >/dev/null || die "$tool not found (Debian: redis-server, redis-tools)"
+done
+if want_pass && in_pass nutcracker; then
+    [[ -x $NUTCRACKER ]] || die "$NUTCRACKER not found (Debian package nutcracker)"
+fi
+
+# ---- the ttlguard binary ---------------------------------------------------
+
+if need_ttlguard; then
+    if [[ -n ${TTLG_BIN:-} ]]; then
+        [[ -x $TTLG_BIN ]] || die "TTLG_BIN=$TTLG_BIN is not an executable"
+    else
+        TTLG_BIN=$ROOT/build/ttlguard
+        if [[ ! -x $TTLG_BIN ]]; then
+            say "building $TTLG_BIN (Release)"
+            cmake -S "$ROOT" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release >&2
+            cmake --build "$ROOT/build" --target ttlguard -j"$(nproc)" >&2
+        fi
+    fi
+fi
+
+# ---- processes: start, wait for PING, stop by PID --------------------------
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ttlg-bench.XXXXXX")
+PIDS=()
+KEEP_WORK=0
+
+cleanup() {
+    local pid i
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    # Give them a moment to exit cleanly, then insist.
+    for i in $(seq 1 30); do
+        local alive=0
+        for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    if ((KEEP_WORK)); then
+        say "logs kept in $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# free_port VAR: set VAR to a port of BENCH_PORTS that nobody listens on and
+# this run has not handed out yet. It sets a variable instead of printing so
+# that it runs in this shell: TAKEN must survive the call. A race with another
+# process is caught by start_and_wait: the loser exits and its PID is gone.
+TAKEN=" "
+free_port() {
+    local p
+    for ((p = PORT_LO; p <= PORT_HI; p++)); do
+        [[ $TAKEN == *" $p "* ]] && continue
+        [[ -n $(ss -Htln "sport = :$p") ]] && continue
+        TAKEN+="$p "
+        printf -v "$1" '%s' "$p"
+        return 0
+    done
+    die "no free port in $BENCH_PORTS"
+}
+
+# CPU placement (see --pin).
+NCPU=$(nproc)
+if [[ $PIN == auto ]]; then
+    if ((NCPU >= 4)); then PIN=yes; else PIN=no; fi
+fi
+if [[ $PIN == yes ]]; then
+    ((NCPU >= 2)) || die "--pin needs at least 2 CPUs"
+    CPU_REDIS=(taskset -c 0)
+    CPU_PROXY=(taskset -c 1)
+    if ((NCPU >= 3)); then CPU_CLIENT=(taskset -c "2-$((NCPU - 1))"); else CPU_CLIENT=(); fi
+    command -v taskset >/dev/null || die "--pin needs taskset (util-linux)"
+else
+    CPU_REDIS=() CPU_PROXY=() CPU_CLIENT=()
+fi
+
+# start_and_wait NAME PORT LOG CMD...: run CMD in the background, record its
+# PID, and wait until PORT answers PING. taskset execs its command, so the
+# PID is the server's own.
+start_and_wait() {
+    local name=$1 port=$2 log=$3 pid i
+    shift 3
+    "$@" >"$log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    for i in $(seq 1 100); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            KEEP_WORK=1
+            tail -n 20 "$log" >&2
+            die "$name exited during start (log: $log)"
+        fi
+        if [[ $(timeout 1 "$REDIS_CLI" -h 127.0.0.1 -p "$port" ping 2>/dev/null) == PONG ]]; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    KEEP_WORK=1
+    die "$name does not answer PING on 127.0.0.1:$port (log: $log)"
+}
+
+free_port REDIS_PORT
+start_and_wait redis-server "$REDIS_PORT" "$WORK/redis.log" \
+    "${CPU_REDIS[@]}" "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" \
+    --save '' --appendonly no --daemonize no --protected-mode yes
+
+rcli() { "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" "$@" >/dev/null; }
+
+# write_ttlg_config FILE PORT RULES: a ttlguard config with RULES (INI text)
+# after the [proxy] section.
+write_ttlg_config() {
+    local file=$1 port=$2 rules=$3 opt
+    {
+        echo "; written by bench/run.sh"
+        echo "[proxy]"
+        echo "listen = 127.0.0.1:$port"
+        echo "backend = 127.0.0.1:$REDIS_PORT"
+        for opt in "${TTLG_OPTIONS[@]}"; do echo "$opt"; done
+        printf '%s' "$rules"
+    } >"$file"
+}
+
+# start_ttlguard NAME RULES: a ttlguard on PORT[NAME] with RULES.
+start_ttlguard() {
+    local name=$1 rules=$2 port
+    free_port port
+    write_ttlg_config "$WORK/$name.ini" "$port" "$rules"
+    start_and_wait "$name" "$port" "$WORK/$name.log" \
+        "${CPU_PROXY[@]}" "$TTLG_BIN" --config "$WORK/$name.ini"
+    PORT[$name]=$port
+}
+
+# Rules that put redis-benchmark's own keys under rewrite rules. The keys it
+# uses (7.0, with -r): SET/GET/MSET key:<12 digits>, INCR counter:<12 digits>,
+# LPUSH mylist, HSET myhash.
+RULES_REWRITE='
+[default]
+action = allow
+
+[ttl "key:"]
+ttl = 3600
+action = rewrite
+
+[ttl "counter:"]
+ttl = 3600
+action = rewrite
+
+[ttl "mylist"]
+ttl = 3600
+action = rewrite
+
+[ttl "myhash"]
+ttl = 3600
+action = rewrite
+'
+# Three times as many rules, all missing the benchmark's keys, several by one
+# byte: measures what the rule lookup costs a key that no rule covers.
+RULES_MISS='
+[default]
+action = allow
+'
+for p in keys: counters: mylist: myhash: key_ counter_ session: cache: user: \
+    token: rate: lock:; do
+    RULES_MISS+="
+[ttl \"$p\"]
+ttl = 3600
+action = rewrite
+"
+done
+
+# Pass-mode targets and rewrite-mode targets: name -> port.
+declare -A PORT
+if want_pass; then
+    in_pass direct && PORT[direct]=$REDIS_PORT
+    if in_pass ttlguard; then start_ttlguard ttlguard ""; fi
+    if in_pass nutcracker; then
+        free_port NC_PORT
+        free_port NC_STATS
+        PORT[nutcracker]=$NC_PORT
+        # One pool, one server. preconnect: connect at start, not on the
+        # first request. server_connections 1 is the default: nutcracker
+        # multiplexes every client over that one connection.
+        cat >"$WORK/nutcracker.yml" <<EOF
+bench:
+  listen: 127.0.0.1:${PORT[nutcracker]}
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  preconnect: true
+  auto_eject_hosts: false
+  server_connections: 1
+  timeout: 10000
+  servers:
+   - 127.0.0.1:$REDIS_PORT:1
+EOF
+        "$NUTCRACKER" -t -c "$WORK/nutcracker.yml" >/dev/null 2>&1 ||
+            die "nutcracker rejects $WORK/nutcracker.yml"
+        start_and_wait nutcracker "${PORT[nutcracker]}" "$WORK/nutcracker.out" \
+            "${CPU_PROXY[@]}" "$NUTCRACKER" -c "$WORK/nutcracker.yml" \
+            -s "$NC_STATS" -a 127.0.0.1 -o "$WORK/nutcracker.log"
+    fi
+fi
+if want_rewrite; then
+    start_ttlguard rw_pass ""
+    start_ttlguard rw_miss "$RULES_MISS"
+    start_ttlguard rw_rewrite "$RULES_REWRITE"
+    # Plumbing check: a list pushed through the rewrite instance must end
+    # with a TTL, one pushed through the no-match instance must not.
+    rcli unlink mylist
+    "$REDIS_CLI" -h 127.0.0.1 -p "${PORT[rw_rewrite]}" lpush mylist probe >/dev/null
+    REWRITE_PROBE_TTL=$("$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" ttl mylist)
+    rcli unlink mylist
+    "$REDIS_CLI" -h 127.0.0.1 -p "${PORT[rw_miss]}" lpush mylist probe >/dev/null
+    MISS_PROBE_TTL=$("$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" ttl mylist)
+    rcli unlink mylist
+    REWRITE_OK=1
+    if [[ $REWRITE_PROBE_TTL -le 0 || $MISS_PROBE_TTL != -1 ]]; then
+        REWRITE_OK=0
+        say "WARNING: LPUSH mylist left TTL $REWRITE_PROBE_TTL through the rewrite" \
+            "instance (want > 0), $MISS_PROBE_TTL through the no-match one (want -1)"
+    fi
+fi
+
+# ---- setup -----------------------------------------------------------------
+
+first_line() { "$@" 2>&1 | head -n 1 || true; }
+cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+
+echo "## Setup"
+echo
+echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), host $(uname -n), kernel $(uname -r)"
+echo "- CPU: ${cpu_model:-unknown}, $NCPU CPUs online, load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "- $(first_line "$REDIS_SERVER" --version)"
+echo "- $(first_line "$REDIS_BENCHMARK" --version)"
+if want_pass && in_pass nutcracker; then
+    echo "- $(first_line "$NUTCRACKER" -V | sed 's/^This is //'), one server, server_connections 1, preconnect"
+fi
+if need_ttlguard; then
+    sanitized=
+    ldd "$TTLG_BIN" 2>/dev/null | grep -qE 'libasan|libubsan' &&
+        sanitized=" — SANITIZER BUILD, numbers are meaningless"
+    echo "- ttlguard: $TTLG_BIN, $(first_line "$TTLG_BIN" --version)$sanitized"
+fi
+if [[ $PIN == yes ]]; then
+    echo "- pinned: redis-server CPU 0, proxies CPU 1, redis-benchmark ${CPU_CLIENT[2]:-unpinned}"
+else
+    echo "- not pinned to CPUs (--pin to pin)"
+fi
+echo "- redis-benchmark -c $CLIENTS -r $KEYSPACE, one test per invocation;" \
+    "$ROUNDS rounds, interleaved, median shown; about ${SECONDS_PER}s per measurement"
+echo "- redis-server --save '' --appendonly no; all on 127.0.0.1 TCP"
+echo
+
+# ---- measuring --------------------------------------------------------------
+
+[[ -n $RAW ]] && echo "table,test,pipeline,target,round,requests,rps" >"$RAW"
+
+# bench_rps PORT TEST PIPELINE N: print the requests/s redis-benchmark reports,
+# or return 1. A hung proxy must not hang the run: hence the timeout.
+bench_rps() {
+    local port=$1 test=$2 pipe=$3 n=$4 out rps limit
+    case $test in
+    lpush) rcli unlink mylist ;;
+    hset) rcli unlink myhash ;;
+    esac
+    limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
+    out=$(timeout -k 5 "$limit" "${CPU_CLIENT[@]}" "$REDIS_BENCHMARK" \
+        -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -r "$KEYSPACE" \
+        -P "$pipe" -t "$test" --csv 2>>"$WORK/redis-benchmark.err") || return 1
+    # --csv: a header line, then "TEST","RPS",...
+    rps=$(awk -F'"' '$2 != "test" && NF > 4 { r = $4 } END { print r }' <<<"$out")
+    [[ $rps =~ ^[0-9]+(\.[0-9]+)?$ ]] || return 1
+    echo "$rps"
+}
+
+# calibrate KEY PORT TEST PIPELINE: set N[KEY] to the request count that
+# takes about SECONDS_PER seconds there. Runs in this shell, not in $(...),
+# so that a failure keeps the logs (KEEP_WORK) and stops the run.
+calibrate() {
+    local key=$1 port=$2 test=$3 pipe=$4 probe rps
+    # A probe of about a quarter of the wanted length, at ~40k rps (-P 1)
+    # and ~400k rps (-P 16) guessed for a small machine.
+    probe=$(awk -v s="$SECONDS_PER" -v p="$pipe" 'BEGIN {
+        n = (p == 1 ? 10000 : 100000) * s; if (n < 2000) n = 2000; printf "%d", n }')
+    rps=$(bench_rps "$port" "$test" "$pipe" "$probe") || {
+        KEEP_WORK=1
+        die "calibration of $test -P $pipe failed (see $WORK/redis-benchmark.err)"
+    }
+    # MSET counts one request per MSET (10 keys), as redis-benchmark does.
+    # At least 20 full pipelines per client, so that connecting 50 clients
+    # does not dominate a measurement on a busy machine.
+    N[$key]=$(awk -v r="$rps" -v s="$SECONDS_PER" -v min=$((CLIENTS * pipe * 20)) 'BEGIN {
+        n = int(r * s / 1000 + 0.5) * 1000; if (n < min) n = min; print n }')
+}
+
+median() {
+    tr ' ' '\n' | awk NF | sort -g |
+        awk '{ a[NR] = $1 } END {
+            if (NR == 0) print "nan";
+            else if (NR % 2) print a[(NR + 1) / 2];
+            else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# spread: (max - min) / median over rounds, as a fraction.
+spread() {
+    tr ' ' '\n' | awk NF | sort -g |
+        awk '{ a[NR] = $1 } END {
+            if (NR < 2) { print 0; exit }
+            m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2;
+            print (m > 0) ? (a[NR] - a[1]) / m : 0 }'
+}
+
+declare -A N RESULTS
+FAILED=0
+WORST_SPREAD=0
+WORST_CASE=
+
+# run_table TABLE TESTS PIPELINES TARGETS: calibrate each case on the first
+# target, then ROUNDS rounds of every case on every target, rotating which
+# target goes first. Results land in RESULTS[TABLE|test|pipe|target].
+run_table() {
+    local table=$1 tests pipes targets
+    read -r -a tests <<<"$2"
+    read -r -a pipes <<<"$3"
+    read -r -a targets <<<"$4"
+    local t p tg r i k ci=0 rps nt=${#targets[@]}
+    for t in "${tests[@]}"; do
+        for p in "${pipes[@]}"; do
+            calibrate "$table|$t|$p" "${PORT[${targets[0]}]}" "$t" "$p"
+            say "[$table] calibrated $t -P $p: ${N[$table|$t|$p]} requests"
+        done
+    done
+    for ((r = 1; r <= ROUNDS; r++)); do
+        for t in "${tests[@]}"; do
+            for p in "${pipes[@]}"; do
+                for ((i = 0; i < nt; i++)); do
+                    tg=${targets[$(((i + r + ci) % nt))]}
+                    k="$table|$t|$p|$tg"
+                    if rps=$(bench_rps "${PORT[$tg]}" "$t" "$p" "${N[$table|$t|$p]}"); then
+                        RESULTS[$k]+=" $rps"
+                        say "[$table round $r/$ROUNDS] $t -P $p $tg: $rps"
+                        [[ -n $RAW ]] && echo "$table,$t,$p,$tg,$r,${N[$table|$t|$p]},$rps" >>"$RAW"
+                    else
+                        FAILED=1
+                        KEEP_WORK=1
+                        say "[$table round $r/$ROUNDS] $t -P $p $tg: FAILED"
+                        tail -n 3 "$WORK/redis-benchmark.err" >&2 || true
+                    fi
+                done
+                ci=$((ci + 1))
+            done
+        done
+    done
+    for t in "${tests[@]}"; do
+        for p in "${pipes[@]}"; do
+            for tg in "${targets[@]}"; do
+                k="$table|$t|$p|$tg"
+                rps=$(spread <<<"${RESULTS[$k]:-}")
+                if awk -v a="$rps" -v b="$WORST_SPREAD" 'BEGIN { exit !(a > b) }'; then
+                    WORST_SPREAD=$rps
+                    WORST_CASE="$table: $t -P $p on $tg"
+                fi
+            done
+        done
+    done
+}
+
+# med TABLE TEST PIPE TARGET: median rps, or "" when not measured.
+med() {
+    local k="$1|$2|$3|$4"
+    [[ -n ${RESULTS[$k]:-} ]] || return 0
+    median <<<"${RESULTS[$k]}"
+}
+fmt_rps() { [[ -n $1 ]] && printf '%.0f' "$1" || printf -- '-'; }
+ratio() {
+    [[ -n $1 && -n $2 ]] || { printf -- '-'; return; }
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }'
+}
+below() { # below RATIO LIMIT: true when RATIO is a number under LIMIT
+    [[ $1 != - ]] && awk -v a="$1" -v l="$2" 'BEGIN { exit !(a < l) }'
+}
+label() { [[ $1 == mset ]] && echo "MSET (10 keys)" || echo "${1^^}"; }
+
+# Bring the keyspace to the state every GET measurement sees: key:* exists.
+rcli flushall
+timeout 120 "$REDIS_BENCHMARK" -h 127.0.0.1 -p "$REDIS_PORT" -c "$CLIENTS" \
+    -n $((KEYSPACE * 5)) -r "$KEYSPACE" -P 16 -t set -q >/dev/null 2>&1 ||
+    die "could not fill key:* on redis-server"
+
+MISSES=()
+if want_pass; then
+    run_table pass "get set incr lpush mset" "1 16" "${PASS_LIST[*]}"
+    echo "## Pass-through"
+    echo
+    echo "| test | pipeline | rps direct | rps ttlguard | rps nutcracker | ttlguard/direct | ttlguard/nutcracker |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for t in get set incr lpush mset; do
+        for p in 1 16; do
+            d=$(med pass $t $p direct)
+            g=$(med pass $t $p ttlguard)
+            c=$(med pass $t $p nutcracker)
+            gc=$(ratio "$g" "$c")
+            echo "| $(label $t) | $p | $(fmt_rps "$d") | $(fmt_rps "$g") | $(fmt_rps "$c") |" \
+                "$(ratio "$g" "$d") | $gc |"
+            below "$gc" 1.00 && MISSES+=("pass-through $(label $t) -P $p: ttlguard/nutcracker $gc < 1.00")
+        done
+    done
+    echo
+    printf 'Requests per measurement:'
+    for t in get set incr lpush mset; do
+        for p in 1 16; do printf ' %s/-P%s %s' "$(label $t | cut -d' ' -f1)" "$p" "${N[pass|$t|$p]}"; done
+    done
+    printf '\n\n'
+fi
+
+if want_rewrite; then
+    run_table rewrite "set incr lpush hset" "1 16" "rw_pass rw_miss rw_rewrite"
+    echo "## Rewrite path"
+    echo
+    echo "ttlguard with no rules (pass-through), with $(grep -c '^\[ttl' <<<"$RULES_MISS") rules that"
+    echo "miss the benchmark's keys (no match), and with rewrite rules on key:, counter:,"
+    echo "mylist, myhash (ttl 3600)."
+    echo
+    echo "| test | pipeline | rps pass-through | rps no match | rps rewritten | rewritten/pass-through | no match/pass-through |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for t in set incr lpush hset; do
+        for p in 1 16; do
+            a=$(med rewrite $t $p rw_pass)
+            m=$(med rewrite $t $p rw_miss)
+            w=$(med rewrite $t $p rw_rewrite)
+            wa=$(ratio "$w" "$a")
+            echo "| $(label $t) | $p | $(fmt_rps "$a") | $(fmt_rps "$m") | $(fmt_rps "$w") |" \
+                "$wa | $(ratio "$m" "$a") |"
+            [[ $p == 1 ]] && below "$wa" 0.70 &&
+                MISSES+=("rewrite $(label $t) -P 1: rewritten/pass-through $wa < 0.70")
+        done
+    done
+    echo
+    printf 'Requests per measurement:'
+    for t in set incr lpush hset; do
+        for p in 1 16; do printf ' %s/-P%s %s' "$(label $t)" "$p" "${N[rewrite|$t|$p]}"; done
+    done
+    printf '\n\n'
+    if ((!REWRITE_OK)); then
+        MISSES+=("rewrite: the plumbing check failed, the rewritten column rewrote nothing")
+        echo "**WARNING: the plumbing check failed: LPUSH mylist left TTL $REWRITE_PROBE_TTL" \
+            "through the rewrite instance (want > 0) and $MISS_PROBE_TTL through the" \
+            "no-match instance (want -1). This table does not measure what it says.**"
+        echo
+    fi
+fi
+
+if ((ROUNDS > 1)); then
+    echo "Noise: the largest (max - min) / median over rounds was" \
+        "$(awk -v s="$WORST_SPREAD" 'BEGIN { printf "%.0f%%", 100 * s }')${WORST_CASE:+ ($WORST_CASE)}." \
+        "Run time ${SECONDS}s."
+else
+    echo "Noise: unknown, one round only. Run time ${SECONDS}s."
+fi
+if ((${#MISSES[@]})); then
+    echo
+    echo "Targets missed:"
+    for m in "${MISSES[@]}"; do echo "- $m"; done
+elif [[ $FAILED == 0 ]]; then
+    want_pass && in_pass ttlguard && in_pass nutcracker &&
+        echo "Pass-through target met: ttlguard >= nutcracker on every case."
+    want_rewrite && echo "Rewrite target met: rewritten >= 0.70 x pass-through at -P 1."
+fi
+((FAILED == 0)) || die "some measurements failed; logs in $WORK"
