@@ -92,6 +92,8 @@ static void *cb_integer(const redisReadTask *task, long long value)
 
 static void *cb_nil(const redisReadTask *task)
 {
+    if (task->type == REDIS_REPLY_ARRAY)    /* *-1 as an element */
+        return cb_fail(task->privdata, "Protocol error: expected '$', got '*'");
     return cb_fail(task->privdata, "Protocol error: invalid bulk length");
 }
 
@@ -152,16 +154,46 @@ void req_framer_release(struct req_framer *f)
 void req_framer_moved(struct req_framer *f, size_t from, size_t to)
 {
     size_t d = from - to;
+    /* Bytes before `from` are gone; hiredis never holds unconsumed ones there. */
+    f->fed = f->fed >= from ? f->fed - d : to;
+    if (!f->busy)
+        return;
     f->start -= d;
-    f->fed -= d;
     for (int i = 0; i < f->argc; i++)
         f->off[i] -= d;
 }
 
 static int fail(struct req_framer *f, const char *msg)
 {
-    snprintf(f->err, sizeof f->err, "ERR %s", msg);
+    snprintf(f->err, sizeof f->err, "ERR %.150s", msg);
     return -1;
+}
+
+static int hex_digit(int c);
+
+/* hiredis found the error itself: say it the way redis-server does. Its
+ * messages are 'Protocol error, got "x" as reply type byte' for an element
+ * that is not a bulk, and bulk-length complaints otherwise. */
+static int fail_hiredis(struct req_framer *f)
+{
+    const char *e = f->r->errstr;
+    const char *q = strstr(e, "got \"");
+    if (q != NULL) {
+        char c = q[5];
+        if (c == '\\') {             /* hiredis escaped it: \r \n \t \xHH ... */
+            char n = q[6];
+            if (n == 'x' && hex_digit(q[7]) >= 0 && hex_digit(q[8]) >= 0)
+                c = (char)(hex_digit(q[7]) * 16 + hex_digit(q[8]));
+            else
+                c = n == 'n' ? '\n' : n == 'r' ? '\r' : n == 't' ? '\t' : n;
+        }
+        if (c == '\r' || c == '\n')
+            c = ' ';                /* as addReplyErrorFormat() does */
+        char msg[64];
+        snprintf(msg, sizeof msg, "Protocol error: expected '$', got '%c'", c);
+        return fail(f, msg);
+    }
+    return fail(f, "Protocol error: invalid bulk length");
 }
 
 /* Strict decimal of p[0..n) as redis string2ll accepts it. */
@@ -298,6 +330,9 @@ static int inline_next(struct req_framer *f, const char *buf, size_t len, size_t
 {
     const char *start = buf + *pos;
     const char *nl = memchr(start, '\n', len - *pos);
+    /* Redis looks for the newline with strchr(): a NUL byte hides it. */
+    if (nl != NULL && memchr(start, '\0', (size_t)(nl - start)) != NULL)
+        nl = NULL;
     if (nl == NULL) {
         if (len - *pos > REQ_MAX_INLINE)
             return fail(f, "Protocol error: too big inline request");
@@ -337,7 +372,7 @@ static int check_pending_bulk(struct req_framer *f)
     size_t avail = r->len - r->pos;
     const char *cr = memchr(hdr, '\r', avail);
     if (cr == NULL) {
-        if (avail > REQ_MAX_INLINE)
+        if (avail + 1 > REQ_MAX_INLINE)     /* Redis counts from the '$' */
             return fail(f, "Protocol error: too big bulk count string");
         return 0;
     }
@@ -397,9 +432,7 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
     if (redisReaderGetReply(f->r, &reply) != REDIS_OK) {
         if (f->cb_err != NULL)
             return fail(f, f->cb_err);
-        char msg[200];
-        snprintf(msg, sizeof msg, "Protocol error: %s", f->r->errstr);
-        return fail(f, msg);
+        return fail_hiredis(f);
     }
     if (reply == NULL)
         return check_pending_bulk(f);
