@@ -165,7 +165,8 @@ static long long ttl_in_unit(long long secs, enum ttl_unit unit)
     return secs;
 }
 
-/* EXPIRE key ttl [NX|XX|GT|LT]: can it extend an existing TTL? */
+/* EXPIRE key ttl [NX|XX|GT|LT]: can it extend an existing TTL? NX only
+ * sets one where there is none; LT only shortens. */
 static int expire_may_extend(int argc, const struct slice *argv)
 {
     for (int i = 3; i < argc; i++)
@@ -282,6 +283,22 @@ static enum verdict check_script(const struct config *cfg, const struct request 
     char detail[512];
     size_t dl = 0;
 
+    /* Name the script as Redis does: EVAL's body hashed, EVALSHA's sha, or
+     * the function. */
+    struct slice name = req->argv[0];
+    if (slice_eq_nocase(name, "eval")) {
+        char sha[41];
+        sha1_hex(req->argv[1].p, req->argv[1].len, sha);
+        dl = (size_t)snprintf(detail, sizeof detail, "sha=%s ", sha);
+    } else if (slice_eq_nocase(name, "evalsha")) {
+        dl = (size_t)snprintf(detail, sizeof detail, "sha=%.40s ", req->argv[1].p);
+        for (size_t i = 4; i < dl - 1; i++)
+            detail[i] = (char)(detail[i] >= 'A' && detail[i] <= 'F' ? detail[i] + 32 : detail[i]);
+    } else {
+        dl = (size_t)snprintf(detail, sizeof detail, "function=%.*s ",
+                              (int)(req->argv[1].len > 64 ? 64 : req->argv[1].len), req->argv[1].p);
+    }
+
     for (int i = 0; i < nk; i++) {
         struct slice key = req->argv[keys[i].argi];
         const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
@@ -312,6 +329,8 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
                           const struct policy_ctx *ctx, struct rewrite *rw)
 {
     rw->pre.len = 0;
+    rw->tail.len = 0;
+    rw->exec_first = 0;
     rw->followup.len = 0;
     rw->err.len = 0;
     rw->orig_args.len = 0;
@@ -371,7 +390,7 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
             f->effect = EFF_PERSIST;
             break;
         case TE_SETS_TTL: {
-            long long secs;
+            long long secs = 0;
             if (keys[i].ttl_argi < 0 ||
                 ttl_seconds(req->argv[keys[i].ttl_argi], keys[i].ttl_unit, &secs) != 0)
                 continue;
@@ -455,11 +474,16 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
             nnum++;
             modified = 1;
         } else if (f->effect == EFF_EXTENDS_TTL) {
-            /* EXPIRE key ttl [XX] [GT] -> EXPIRE key ttl NX (NX combines
-             * with no other flag) */
-            static const struct slice nx = { "NX", 2 };
-            nargv[3] = nx;
-            argc = 4;
+            /* A bound: EXPIRE key ttl [XX] [GT] -> EXPIRE key ttl [XX] LT.
+             * LT never extends, still shortens, and treats a key without a
+             * TTL as infinite, so it still gives one to such a key. */
+            static const struct slice lt = { "LT", 2 };
+            int j = 3;
+            for (int k = 3; k < argc; k++)
+                if (slice_eq_nocase(nargv[k], "xx"))
+                    nargv[j++] = nargv[k];
+            nargv[j++] = lt;
+            argc = j;
             modified = 1;
         } else if (f->effect == EFF_CREATES_WITHOUT_TTL || f->effect == EFF_DROPS_TTL) {
             found[np] = *f;             /* compact: protected keys first */
@@ -467,9 +491,39 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
             np++;
         }
     }
-    int can_wrap = np > 0 && !(flags & CMD_NOSCRIPT) &&
-                   !((flags & CMD_BLOCKING) && !ctx->in_multi) && argc < MAX_WRAP_ARGS;
+    int blocks = (flags & CMD_BLOCKING) && !ctx->in_multi;
+    int create_only = 1;
+    for (int i = 0; i < np; i++)
+        if (found[i].effect == EFF_DROPS_TTL)
+            create_only = 0;
     struct sbuf *b = &rw->pre;
+
+    if (np > 0 && create_only && !blocks && ctx->can_multi) {
+        /* MULTI; cmd; EXPIRE key ttl NX ...; EXEC. Atomic without Lua, so
+         * replies stay exact (Lua numbers are doubles: 2^53 and beyond would
+         * not survive a script). The session gives the client only the first
+         * element of EXEC's reply. */
+        sb_add(b, "*1\r\n$5\r\nMULTI\r\n", 15);
+        if (!modified && !req->inline_cmd) {
+            sb_printf(b, "*%d\r\n", argc);
+            rw->orig_args = args_span(req);
+        } else {
+            sb_printf(b, "*%d\r\n", argc);
+            sb_args(b, argc, nargv);
+        }
+        struct sbuf *t = rw->orig_args.len ? &rw->tail : b;
+        for (int i = 0; i < np; i++) {
+            sb_add(t, "*4\r\n$6\r\nEXPIRE\r\n", 18);
+            sb_bulk(t, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+            sb_bulk_ll(t, found[i].rule->ttl);
+            sb_add(t, "$2\r\nNX\r\n", 8);
+        }
+        sb_add(t, "*1\r\n$4\r\nEXEC\r\n", 14);
+        rw->exec_first = 2 + np;    /* +OK, +QUEUED per command, then EXEC */
+        return V_REWRITE;
+    }
+
+    int can_wrap = np > 0 && !(flags & CMD_NOSCRIPT) && !blocks && argc < MAX_WRAP_ARGS;
     if (can_wrap) {
         sb_printf(b, "*%d\r\n", 3 + 3 * np + 1 + argc);
         sb_bulk_str(b, "EVAL");

@@ -21,7 +21,7 @@
 
 enum verdict {
     V_FORWARD,      /* send the request unchanged */
-    V_REWRITE,      /* send rw->pre, then the original argument bytes if rw->orig_args */
+    V_REWRITE,      /* send rw->pre, the original argument bytes (rw->orig_args), rw->tail */
     V_REJECT,       /* answer rw->err (a whole "-TTLGUARD ...\r\n" line) instead */
 };
 
@@ -36,6 +36,9 @@ struct sbuf {
 struct rewrite {
     struct sbuf pre;        /* V_REWRITE: the new request, or its head when orig_args */
     struct slice orig_args; /* when .len > 0: the original request's bytes after its *N line */
+    struct sbuf tail;       /* V_REWRITE: sent after orig_args */
+    int exec_first;         /* > 0: the rewrite is MULTI ... EXEC; swallow this many replies,
+                               then give the client the first element of EXEC's reply */
     struct sbuf followup;   /* when .len > 0: a request to send after this one, whose reply
                                the proxy swallows (blocking commands, scripts) */
     struct sbuf err;        /* V_REJECT: the error line, CRLF included */
@@ -44,6 +47,8 @@ struct rewrite {
 struct policy_ctx {
     int resp3;              /* the client speaks RESP3 (HELLO 3) */
     int in_multi;           /* between MULTI and EXEC: blocking commands do not block */
+    int can_multi;          /* the proxy may wrap a command in MULTI/EXEC of its own: not in
+                               MULTI, no WATCH active, replies not suppressed */
     const struct ev_client *client;
 };
 

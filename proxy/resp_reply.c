@@ -269,9 +269,13 @@ ssize_t reply_scan(struct reply_scanner *s, const char *buf, size_t len, int *do
 
                 if (d > 9)
                     break;
-                if (s->num > (LLONG_MAX - d) / 10)
-                    return rs_fail(s, "number out of range");
-                s->num = s->num * 10 + d;
+                /* An integer reply's value is not needed (and may be
+                 * -9223372036854775808); lengths are. */
+                if (s->cur != ':') {
+                    if (s->num > (LLONG_MAX - d) / 10)
+                        return rs_fail(s, "number out of range");
+                    s->num = s->num * 10 + d;
+                }
                 s->numflags |= RS_DIGITS;
                 if (++s->linelen > RESP_MAX_LINE)
                     return rs_fail(s, "line too long");

@@ -58,7 +58,8 @@ struct server {
     uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
 
     struct session *sessions;        /* all live sessions, doubly linked */
-    int nsessions;
+    int nsessions;                   /* allocated, closing ones included */
+    int nclients;                    /* open client connections (not closing) */
 
     int shutting_down;
     uint64_t shutdown_deadline;      /* monotonic ms */

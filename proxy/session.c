@@ -77,7 +77,11 @@ enum pend_what {
     PW_AUTH,        /* backend AUTH sent by the proxy */
     PW_REPLACE,     /* PK_INTERNAL: the client gets `local` instead of the backend's reply */
     PW_POLICY,      /* PK_INTERNAL: CONFIG GET maxmemory-policy on a new backend connection */
+    PW_EXEC_FIRST,  /* PK_INTERNAL: EXEC of the proxy's own MULTI: the client gets element 1 */
 };
+
+/* Where in an EXEC reply of the proxy's own MULTI the bytes are. */
+enum exec_phase { XP_START, XP_HEADER, XP_FIRST, XP_REST, XP_ALL };
 
 enum sub_kind { SUB_CHANNEL, SUB_PATTERN, SUB_SHARD };
 
@@ -146,12 +150,15 @@ struct session {
     unsigned reply_skip:1;          /* CLIENT REPLY SKIP: the next command gets no reply */
     unsigned backend_counted:1;     /* counted in stats_proxy.backend_connections */
     unsigned in_multi:1;            /* between MULTI and EXEC/DISCARD */
+    unsigned watching:1;            /* WATCH active: the proxy must not EXEC on its own */
     unsigned multi_dirty:1;         /* a command in this MULTI was rejected: EXEC aborts */
     int db;                         /* SELECTed db, for events */
     char *client_name;              /* CLIENT SETNAME, for events; NULL when unset */
     char *client_addr;              /* peer address, filled on first event */
     struct sbuf multi_fix;          /* follow-ups deferred to after EXEC */
     int multi_nfix;
+    unsigned char xphase;           /* enum exec_phase */
+    struct reply_scanner *xsub;     /* frames EXEC's first element; allocated on first use */
 
     /* Client input: only the partial request that spans reads lives here. */
     char *ibuf;
@@ -484,6 +491,7 @@ static void on_handle_closed(uv_handle_t *h)
     free(s->client_name);
     free(s->client_addr);
     free(s->multi_fix.p);
+    free(s->xsub);
     req_framer_free(s->framer);
     free(s);
 }
@@ -493,6 +501,7 @@ void session_close(struct session *s)
     if (s->closing)
         return;
     s->closing = 1;
+    s->srv->nclients--;
     if (!uv_is_closing(&s->client.handle))
         uv_close(&s->client.handle, on_handle_closed);
     if (s->bstate != B_DOWN && !uv_is_closing(&s->backend.handle))
@@ -755,7 +764,13 @@ static void track_identity(struct session *s, const struct request *req)
                slice_eq_nocase(req->argv[1], "setname")) {
         free(s->client_name);
         s->client_name = req->argv[2].len ? xmemdup(req->argv[2].p, req->argv[2].len) : NULL;
+    } else if (req->argc >= 2 && slice_eq_nocase(cmd, "watch")) {
+        if (!s->in_multi)
+            s->watching = 1;
+    } else if (req->argc == 1 && slice_eq_nocase(cmd, "unwatch")) {
+        s->watching = 0;
     } else if (req->argc == 1 && slice_eq_nocase(cmd, "reset")) {
+        s->watching = 0;
         s->db = 0;
         free(s->client_name);
         s->client_name = NULL;
@@ -807,10 +822,11 @@ static void handle_request(struct session *s, const struct request *req)
         return;
     }
 
-    int replies = 1;
+    int replies = 1, skipped = 0;
     int client_reply = track_client_reply(s, req, &replies);
     if (!client_reply && (s->reply_off || s->reply_skip)) {
         replies = 0;
+        skipped = s->reply_skip;
         s->reply_skip = 0;
     }
 
@@ -819,7 +835,8 @@ static void handle_request(struct session *s, const struct request *req)
     rw.followup.len = 0;
     if (!policy_inactive(srv->cfg)) {
         struct ev_client c;
-        struct policy_ctx ctx = { s->resp3, s->in_multi, NULL };
+        struct policy_ctx ctx = { s->resp3, s->in_multi, 0, NULL };
+        ctx.can_multi = !s->in_multi && !s->watching && replies && !s->reply_off;
         ctx.client = client_info(s, &c);
         v = policy_check(srv->cfg, req, &ctx, &rw);
     }
@@ -827,8 +844,14 @@ static void handle_request(struct session *s, const struct request *req)
         srv->stats.rejected++;
         if (s->in_multi)
             s->multi_dirty = 1;     /* refused at queue time: EXEC must abort */
-        if (replies)
+        if (replies) {
             queue_local(s, rw.err.p, rw.err.len, 0);
+        } else if (skipped) {
+            /* Redis still owes the SKIP to one command: give it a PING. */
+            static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+            room_for(s, &tob, 1);
+            batch_add_copy(&tob, ping, sizeof ping - 1);
+        }
         return;
     }
 
@@ -841,6 +864,7 @@ static void handle_request(struct session *s, const struct request *req)
         room_for(s, &tob, 1);
         batch_add_copy(&tob, discard, sizeof discard - 1);
         s->in_multi = 0;
+        s->watching = 0;
         s->multi_dirty = 0;
         s->multi_fix.len = 0;
         s->multi_nfix = 0;
@@ -855,17 +879,28 @@ static void handle_request(struct session *s, const struct request *req)
     }
     track_identity(s, req);
 
-    room_for(s, &tob, 2);
+    room_for(s, &tob, 3);
     if (v == V_REWRITE) {
         srv->stats.rewritten++;
         batch_add_copy(&tob, rw.pre.p, rw.pre.len);
         if (rw.orig_args.len)
             batch_add(&tob, rw.orig_args.p, rw.orig_args.len);
+        if (rw.tail.len)
+            batch_add_copy(&tob, rw.tail.p, rw.tail.len);
     } else {
         batch_add(&tob, req->raw.p, req->raw.len);
     }
 
-    if (replies) {
+    if (rw.exec_first > 0) {
+        struct pending *e = q_push(s);
+        e->kind = PK_INTERNAL;
+        e->remaining = rw.exec_first;
+        e = q_push(s);
+        e->kind = PK_INTERNAL;
+        e->what = PW_EXEC_FIRST;
+        e->rewritten = 1;
+        e->t0 = uv_hrtime();
+    } else if (replies) {
         struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
                               .t0 = uv_hrtime() };
         if (!track_pubsub(s, req, &pe))
@@ -900,6 +935,7 @@ static void handle_request(struct session *s, const struct request *req)
         /* fall through */
     case MT_DISCARD:
         s->in_multi = 0;
+        s->watching = 0;
         s->multi_dirty = 0;
         s->multi_fix.len = 0;
         s->multi_nfix = 0;
@@ -1133,7 +1169,7 @@ static void reply_done(struct session *s, char type)
         break;
     }
     if (--head->remaining <= 0) {
-        if (head->kind == PK_FORWARD)
+        if (head->kind == PK_FORWARD || head->what == PW_EXEC_FIRST)
             stats_latency_observe(head->rewritten, uv_hrtime() - head->t0);
         q_pop(s);
     }
@@ -1143,7 +1179,55 @@ static void reply_done(struct session *s, char type)
 static int inspect(const struct session *s, const struct pending *head)
 {
     return s->monitor || (!s->resp3 && s->nchan + s->npat + s->nshard > 0) ||
-           (head != NULL && head->what >= PW_SUB);
+           (head != NULL && (head->what == PW_SUB || head->what == PW_AUTH ||
+                             head->what == PW_POLICY));
+}
+
+/* EXEC's reply to the proxy's MULTI ... EXEC: *N, the command's reply, then
+ * one reply per EXPIRE. Only the command's reply goes to the client. */
+static void exec_first_filter(struct session *s, const char *p, size_t n)
+{
+    while (n > 0) {
+        switch (s->xphase) {
+        case XP_START:
+            /* Not an array (cannot happen without WATCH): pass it on. */
+            s->xphase = (*p != '*' || (n > 1 && p[1] == '-')) ? XP_ALL : XP_HEADER;
+            break;
+        case XP_HEADER: {
+            const char *nl = memchr(p, '\n', n);
+            if (nl == NULL)
+                return;
+            n -= (size_t)(nl + 1 - p);
+            p = nl + 1;
+            if (s->xsub == NULL)
+                s->xsub = xmalloc(sizeof *s->xsub);
+            reply_scanner_init(s->xsub);
+            s->xphase = XP_FIRST;
+            break;
+        }
+        case XP_FIRST: {
+            int done = 0;
+            ssize_t used = reply_scan(s->xsub, p, n, &done);
+            if (used < 0) {
+                s->xphase = XP_REST;
+                return;
+            }
+            room_for(s, &toc, 1);
+            batch_add(&toc, p, (size_t)used);
+            p += used;
+            n -= (size_t)used;
+            if (done)
+                s->xphase = XP_REST;
+            break;
+        }
+        case XP_REST:
+            return;
+        case XP_ALL:
+            room_for(s, &toc, 1);
+            batch_add(&toc, p, n);
+            return;
+        }
+    }
 }
 
 static void keep_peek_tail(struct session *s, const char *p, size_t n)
@@ -1184,7 +1268,8 @@ static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     size_t left = (size_t)nread;
     while (left > 0 && !s->closing) {
         struct pending *head;
-        if (reply_scanner_idle(&s->rs)) {
+        int reply_start = reply_scanner_idle(&s->rs);
+        if (reply_start) {
             emit_locals(s);
             s->peeklen = 0;
             s->taillen = 0;
@@ -1210,7 +1295,11 @@ static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         if (inspect(s, head))
             keep_peek_tail(s, p, (size_t)used);
 
-        if (head == NULL || head->kind != PK_INTERNAL || type == '>') {
+        if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
+            if (reply_start)
+                s->xphase = XP_START;
+            exec_first_filter(s, p, (size_t)used);
+        } else if (head == NULL || head->kind != PK_INTERNAL || type == '>') {
             room_for(s, &toc, 1);
             batch_add(&toc, p, (size_t)used);
         }
@@ -1389,10 +1478,11 @@ void session_accept(struct server *srv, uv_stream_t *listener)
         srv->sessions->prev = s;
     srv->sessions = s;
     srv->nsessions++;
+    srv->nclients++;
     srv->stats.clients_accepted++;
     s->last_active = now_ms_monotonic();
 
-    if (srv->nsessions > srv->cfg->max_clients) {
+    if (srv->nclients > srv->cfg->max_clients) {
         /* As redis does: say why, then close. */
         static const char msg[] = "-ERR max number of clients reached\r\n";
         srv->stats.clients_rejected++;

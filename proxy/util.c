@@ -214,3 +214,52 @@ uint64_t now_ms_wall(void)
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
+
+/* SHA-1 (FIPS 180-4), only to name scripts the way SCRIPT LOAD / EVALSHA do. */
+static uint32_t rol32(uint32_t v, int n)
+{
+    return (v << n) | (v >> (32 - n));
+}
+
+static void sha1_block(uint32_t h[5], const unsigned char *p)
+{
+    uint32_t w[80], a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 80; i++)
+        w[i] = rol32(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20)      { f = (b & c) | (~b & d);          k = 0x5a827999; }
+        else if (i < 40) { f = b ^ c ^ d;                   k = 0x6ed9eba1; }
+        else if (i < 60) { f = (b & c) | (b & d) | (c & d); k = 0x8f1bbcdc; }
+        else             { f = b ^ c ^ d;                   k = 0xca62c1d6; }
+        uint32_t t = rol32(a, 5) + f + e + k + w[i];
+        e = d; d = c; c = rol32(b, 30); b = a; a = t;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e;
+}
+
+void sha1_hex(const void *data, size_t len, char out[41])
+{
+    uint32_t h[5] = { 0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0 };
+    const unsigned char *p = data;
+    unsigned char tail[128];
+    size_t full = len & ~(size_t)63, rest = len - full;
+
+    for (size_t i = 0; i < full; i += 64)
+        sha1_block(h, p + i);
+    memset(tail, 0, sizeof tail);
+    memcpy(tail, p + full, rest);
+    tail[rest] = 0x80;
+    size_t tl = rest < 56 ? 64 : 128;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int i = 0; i < 8; i++)
+        tail[tl - 1 - i] = (unsigned char)(bits >> (8 * i));
+    sha1_block(h, tail);
+    if (tl == 128)
+        sha1_block(h, tail + 64);
+    for (int i = 0; i < 5; i++)
+        snprintf(out + 8 * i, 9, "%08x", h[i]);
+}

@@ -69,6 +69,9 @@ int addr_parse(const char *text, struct addr *a, char *err, size_t errlen);
 /* Format for messages: "127.0.0.1:6379" or "unix:/tmp/redis.sock". */
 void addr_format(const struct addr *a, char *out, size_t outlen);
 
+/* Lowercase hex SHA-1 of data: the name Redis gives a script (EVALSHA). */
+void sha1_hex(const void *data, size_t len, char out[41]);
+
 /* Monotonic milliseconds and wall-clock milliseconds since the epoch. */
 uint64_t now_ms_monotonic(void);
 uint64_t now_ms_wall(void);
