@@ -270,8 +270,11 @@ ssize_t reply_scan(struct reply_scanner *s, const char *buf, size_t len, int *do
                 if (d > 9)
                     break;
                 /* An integer reply's value is not needed (and may be
-                 * -9223372036854775808); lengths are. */
-                if (s->cur != ':') {
+                 * -9223372036854775808): only its width is checked. */
+                if (s->cur == ':') {
+                    if (++s->num > 19)
+                        return rs_fail(s, "number out of range");
+                } else {
                     if (s->num > (LLONG_MAX - d) / 10)
                         return rs_fail(s, "number out of range");
                     s->num = s->num * 10 + d;
