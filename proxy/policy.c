@@ -82,6 +82,11 @@ static void sb_add(struct sbuf *b, const void *p, size_t n)
     b->len += n;
 }
 
+static void sb_str(struct sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
 static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_printf(struct sbuf *b, const char *fmt, ...)
 {
@@ -503,7 +508,7 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
          * replies stay exact (Lua numbers are doubles: 2^53 and beyond would
          * not survive a script). The session gives the client only the first
          * element of EXEC's reply. */
-        sb_add(b, "*1\r\n$5\r\nMULTI\r\n", 15);
+        sb_str(b, "*1\r\n$5\r\nMULTI\r\n");
         if (!modified && !req->inline_cmd) {
             sb_printf(b, "*%d\r\n", argc);
             rw->orig_args = args_span(req);
@@ -513,12 +518,12 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
         }
         struct sbuf *t = rw->orig_args.len ? &rw->tail : b;
         for (int i = 0; i < np; i++) {
-            sb_add(t, "*4\r\n$6\r\nEXPIRE\r\n", 18);
+            sb_str(t, "*4\r\n$6\r\nEXPIRE\r\n");
             sb_bulk(t, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
             sb_bulk_ll(t, found[i].rule->ttl);
-            sb_add(t, "$2\r\nNX\r\n", 8);
+            sb_str(t, "$2\r\nNX\r\n");
         }
-        sb_add(t, "*1\r\n$4\r\nEXEC\r\n", 14);
+        sb_str(t, "*1\r\n$4\r\nEXEC\r\n");
         rw->exec_first = 2 + np;    /* +OK, +QUEUED per command, then EXEC */
         return V_REWRITE;
     }
