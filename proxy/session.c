@@ -77,6 +77,8 @@ enum pend_what {
     PW_AUTH,        /* backend AUTH sent by the proxy */
     PW_REPLACE,     /* PK_INTERNAL: the client gets `local` instead of the backend's reply */
     PW_POLICY,      /* PK_INTERNAL: CONFIG GET maxmemory-policy on a new backend connection */
+    PW_QUEUED,      /* PK_INTERNAL: +QUEUED for the command in the proxy's own MULTI, or the
+                       error that refused it (kept: EXEC will only say EXECABORT) */
     PW_EXEC_FIRST,  /* PK_INTERNAL: EXEC of the proxy's own MULTI: the client gets element 1 */
 };
 
@@ -158,6 +160,7 @@ struct session {
     struct sbuf multi_fix;          /* follow-ups deferred to after EXEC */
     int multi_nfix;
     unsigned char xphase;           /* enum exec_phase */
+    struct sbuf xerr;               /* queue-time error of the command in the proxy's MULTI */
     struct reply_scanner *xsub;     /* frames EXEC's first element; allocated on first use */
 
     /* Client input: only the partial request that spans reads lives here. */
@@ -492,6 +495,7 @@ static void on_handle_closed(uv_handle_t *h)
     free(s->client_addr);
     free(s->multi_fix.p);
     free(s->xsub);
+    free(s->xerr.p);
     req_framer_free(s->framer);
     free(s);
 }
@@ -893,8 +897,13 @@ static void handle_request(struct session *s, const struct request *req)
 
     if (rw.exec_first > 0) {
         struct pending *e = q_push(s);
+        e->kind = PK_INTERNAL;          /* +OK for MULTI */
+        e = q_push(s);
         e->kind = PK_INTERNAL;
-        e->remaining = rw.exec_first;
+        e->what = PW_QUEUED;
+        e = q_push(s);
+        e->kind = PK_INTERNAL;          /* +QUEUED per EXPIRE */
+        e->remaining = rw.exec_first - 2;
         e = q_push(s);
         e->kind = PK_INTERNAL;
         e->what = PW_EXEC_FIRST;
@@ -1190,8 +1199,18 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
     while (n > 0) {
         switch (s->xphase) {
         case XP_START:
-            /* Not an array (cannot happen without WATCH): pass it on. */
-            s->xphase = (*p != '*' || (n > 1 && p[1] == '-')) ? XP_ALL : XP_HEADER;
+            if (*p == '*' && !(n > 1 && p[1] == '-')) {
+                s->xphase = XP_HEADER;
+            } else if (s->xerr.len > 0) {
+                /* EXECABORT: the command was refused when queued (OOM,
+                 * READONLY, NOPERM...); that error is its reply. */
+                room_for(s, &toc, 1);
+                batch_add_copy(&toc, s->xerr.p, s->xerr.len);
+                s->xerr.len = 0;
+                s->xphase = XP_REST;
+            } else {
+                s->xphase = XP_ALL;
+            }
             break;
         case XP_HEADER: {
             const char *nl = memchr(p, '\n', n);
@@ -1295,7 +1314,18 @@ static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         if (inspect(s, head))
             keep_peek_tail(s, p, (size_t)used);
 
-        if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
+        if (head != NULL && head->what == PW_QUEUED && type != '>') {
+            if (reply_start)
+                s->xerr.len = 0;
+            if (s->xerr.len + (size_t)used > s->xerr.cap) {
+                s->xerr.cap = s->xerr.len + (size_t)used;
+                s->xerr.p = xrealloc(s->xerr.p, s->xerr.cap);
+            }
+            memcpy(s->xerr.p + s->xerr.len, p, (size_t)used);
+            s->xerr.len += (size_t)used;
+            if (done && type != '-')
+                s->xerr.len = 0;
+        } else if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
             if (reply_start)
                 s->xphase = XP_START;
             exec_first_filter(s, p, (size_t)used);
