@@ -101,6 +101,8 @@ static void cb_free(void *obj)
 {
 }
 
+#define FEED_SLICE 4096
+
 static redisReplyObjectFunctions req_functions = {
     cb_string, cb_array, cb_integer, cb_nil, cb_free,
 };
@@ -422,20 +424,27 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
         f->cb_err = NULL;
     }
 
-    if (len > f->fed) {
-        if (redisReaderFeed(f->r, buf + f->fed, len - f->fed) != REDIS_OK)
-            return fail(f, "out of memory");
-        f->fed = len;
-    }
-
+    /* Feed in slices: after every KiB it consumes, hiredis moves its whole
+     * unread buffer to the front, so a deep pipeline fed at once would cost
+     * time quadratic in its size. */
     void *reply = NULL;
-    if (redisReaderGetReply(f->r, &reply) != REDIS_OK) {
-        if (f->cb_err != NULL)
-            return fail(f, f->cb_err);
-        return fail_hiredis(f);
+    for (;;) {
+        if (len > f->fed) {
+            size_t n = len - f->fed < FEED_SLICE ? len - f->fed : FEED_SLICE;
+            if (redisReaderFeed(f->r, buf + f->fed, n) != REDIS_OK)
+                return fail(f, "out of memory");
+            f->fed += n;
+        }
+        if (redisReaderGetReply(f->r, &reply) != REDIS_OK) {
+            if (f->cb_err != NULL)
+                return fail(f, f->cb_err);
+            return fail_hiredis(f);
+        }
+        if (reply != NULL)
+            break;
+        if (f->fed == len)
+            return check_pending_bulk(f);
     }
-    if (reply == NULL)
-        return check_pending_bulk(f);
 
     size_t leftover = f->r->len - f->r->pos;
     size_t end = f->fed - leftover;
