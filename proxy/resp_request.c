@@ -42,6 +42,7 @@ struct req_framer {
     size_t scratchcap;
 
     const char *cb_err;     /* protocol error detected in a callback (static string) */
+    int unauth;             /* apply redis's limits for unauthenticated clients */
     char err[160];
 };
 
@@ -66,6 +67,8 @@ static void *cb_string(const redisReadTask *task, char *str, size_t len)
     if (task->parent == NULL)    /* cannot happen: we only feed from a '*' */
         return cb_fail(f, "Protocol error: expected '*'");
 
+    if (f->unauth && len > REQ_MAX_UNAUTH_BULK)
+        return cb_fail(f, "Protocol error: unauthenticated bulk length");
     if (f->argc == f->argcap) {
         f->argcap = f->argcap ? f->argcap * 2 : 16;
         f->off = xrealloc(f->off, sizeof *f->off * (size_t)f->argcap);
@@ -130,6 +133,11 @@ void req_framer_free(struct req_framer *f)
     free(f->argv);
     free(f->scratch);
     free(f);
+}
+
+void req_framer_set_unauthenticated(struct req_framer *f, int on)
+{
+    f->unauth = on;
 }
 
 int req_framer_idle(const struct req_framer *f)
@@ -381,6 +389,8 @@ static int check_pending_bulk(struct req_framer *f)
     long long n;
     if (parse_ll(hdr, (size_t)(cr - hdr), &n) != 0 || n < 0 || n > REQ_MAX_BULK)
         return fail(f, "Protocol error: invalid bulk length");
+    if (f->unauth && n > REQ_MAX_UNAUTH_BULK)
+        return fail(f, "Protocol error: unauthenticated bulk length");
     return 0;
 }
 
@@ -401,6 +411,8 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
         long long n;
         if (parse_ll(hdr, (size_t)(cr - hdr), &n) != 0 || n > REQ_MAX_MULTIBULK)
             return fail(f, "Protocol error: invalid multibulk length");
+        if (f->unauth && n > REQ_MAX_UNAUTH_MULTIBULK)
+            return fail(f, "Protocol error: unauthenticated multibulk length");
         if (n <= 0) {                   /* *0 and *-1: nothing to run */
             if (f->r != NULL && f->fed > *pos)
                 reader_drop(f);         /* hiredis saw these bytes: resync */

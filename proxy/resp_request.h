@@ -52,6 +52,13 @@ int req_next(struct req_framer *f, const char *buf, size_t len, size_t *pos, str
  * `from` is now at offset `to` (to <= from). */
 void req_framer_moved(struct req_framer *f, size_t from, size_t to);
 
+/* The client has not authenticated to a Redis that requires it: refuse
+ * multibulks of more than 10 arguments and bulks over 16 KiB at their
+ * header, as redis-server does before AUTH. */
+#define REQ_MAX_UNAUTH_MULTIBULK 10
+#define REQ_MAX_UNAUTH_BULK      16384
+void req_framer_set_unauthenticated(struct req_framer *f, int on);
+
 /* 1 when the framer holds no partial request. */
 int req_framer_idle(const struct req_framer *f);
 

@@ -51,11 +51,11 @@
 #define TAIL_MAX        32      /* last bytes of a reply kept for inspection */
 #define IOV_MAX_BATCH   128
 #define QUERY_MAX       (1024LL * 1024 * 1024)   /* redis client-query-buffer-limit */
-#define RECONNECT_MS    1000
 
 enum backend_state {
     B_CONNECTING,   /* connect in flight; client not read */
-    B_AUTH,         /* AUTH sent for backend_username/password; client not read */
+    B_AUTH,         /* handshake: the proxy's AUTH (backend_password) or PING is answered
+                       first; the client is not read yet */
     B_READY,        /* forwarding */
     B_DOWN,         /* no backend: requests are answered with an error */
     B_CLOSING,      /* uv_close in flight for the backend handle */
@@ -75,6 +75,9 @@ enum pend_what {
     PW_RESET,       /* reply resets protocol state */
     PW_SUB,         /* RESP2 (un)subscribe: `remaining` confirmations */
     PW_AUTH,        /* backend AUTH sent by the proxy */
+    PW_PING,        /* PING sent by the proxy: does the backend want AUTH from clients? */
+    PW_CLIENT_AUTH, /* the client's AUTH (or HELLO ... AUTH): a failure undoes the
+                       optimistic `unauth = 0` */
     PW_REPLACE,     /* PK_INTERNAL: the client gets `local` instead of the backend's reply */
     PW_POLICY,      /* PK_INTERNAL: CONFIG GET maxmemory-policy on a new backend connection */
     PW_QUEUED,      /* PK_INTERNAL: +QUEUED for the command in the proxy's own MULTI, or the
@@ -153,6 +156,8 @@ struct session {
     unsigned backend_counted:1;     /* counted in stats_proxy.backend_connections */
     unsigned in_multi:1;            /* between MULTI and EXEC/DISCARD */
     unsigned watching:1;            /* WATCH active: the proxy must not EXEC on its own */
+    unsigned auth_required:1;       /* the backend answered NOAUTH to the proxy's PING */
+    unsigned unauth:1;              /* the client has not authenticated (yet) */
     unsigned multi_dirty:1;         /* a command in this MULTI was rejected: EXEC aborts */
     int db;                         /* SELECTed db, for events */
     char *client_name;              /* CLIENT SETNAME, for events; NULL when unset */
@@ -605,20 +610,6 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     s->last_active = now_ms_monotonic();
 
     int in_ibuf = buf->base != s->srv->rbuf;
-    if (s->bstate == B_DOWN && s->connect_started + RECONNECT_MS <= s->last_active) {
-        /* Try the backend again before answering with errors. */
-        if (!in_ibuf) {
-            if (s->icap < (size_t)nread) {
-                s->ibuf = xrealloc(s->ibuf, (size_t)nread);
-                s->icap = (size_t)nread;
-            }
-            memcpy(s->ibuf, buf->base, (size_t)nread);
-        }
-        s->ilen += (size_t)nread;
-        client_read_stop(s);
-        backend_connect(s);
-        return;
-    }
     if (in_ibuf) {
         s->ilen += (size_t)nread;
         process_input(s, s->ibuf, s->ilen, 1);
@@ -648,6 +639,13 @@ static void track_request(struct session *s, const struct request *req, struct p
 {
     struct slice cmd = req->argv[0];
     switch (cmd.len) {
+    case 4:
+        /* Assume it succeeds, as for HELLO: Redis enforces the real limits. */
+        if (slice_eq_nocase(cmd, "auth") && (req->argc == 2 || req->argc == 3)) {
+            p->what = PW_CLIENT_AUTH;
+            s->unauth = 0;
+        }
+        break;
     case 5:
         if (slice_eq_nocase(cmd, "hello")) {
             /* Later requests of the same pipeline are judged in the new
@@ -657,6 +655,11 @@ static void track_request(struct session *s, const struct request *req, struct p
             p->subkind = s->resp3;
             if (req->argc >= 2 && slice_to_ll(req->argv[1], &ver) == 0 && (ver == 2 || ver == 3))
                 s->resp3 = ver == 3;
+            for (int i = 2; i + 2 < req->argc; i++)
+                if (slice_eq_nocase(req->argv[i], "auth")) {
+                    p->subkind |= 2;
+                    s->unauth = 0;
+                }
         } else if (slice_eq_nocase(cmd, "reset")) {
             p->what = PW_RESET;
             s->resp3 = 0;
@@ -819,10 +822,11 @@ static void handle_request(struct session *s, const struct request *req)
     srv->stats.requests++;
 
     if (s->bstate != B_READY) {
-        /* B_DOWN: nothing can run. */
-        if (!s->reply_off && !s->reply_skip)
-            queue_error(s, srv->down_reason);
-        s->reply_skip = 0;
+        /* B_DOWN: nothing can run. Say why, then close, as redis-server
+         * does when it cannot take a client; the next connection tries the
+         * backend again. */
+        queue_error(s, srv->down_reason);
+        s->close_after_flush = 1;
         return;
     }
 
@@ -961,6 +965,7 @@ static void process_input(struct session *s, const char *data, size_t len, int i
 {
     if (s->framer == NULL)
         s->framer = req_framer_new();
+    req_framer_set_unauthenticated(s->framer, s->unauth);
 
     size_t pos = 0;
     struct request req;
@@ -1131,8 +1136,20 @@ static void reply_done(struct session *s, char type)
 
     switch (head->what) {
     case PW_HELLO:
+        if (type == '-') {
+            s->resp3 = head->subkind & 1;   /* refused: the protocol did not change */
+            if (head->subkind & 2)
+                s->unauth = s->auth_required;
+        }
+        break;
+    case PW_CLIENT_AUTH:
         if (type == '-')
-            s->resp3 = head->subkind;   /* refused: the protocol did not change */
+            s->unauth = s->auth_required;
+        break;
+    case PW_PING:
+        s->auth_required = type == '-' && s->peeklen >= 7 && memcmp(s->peek, "-NOAUTH", 7) == 0;
+        s->unauth = s->auth_required;
+        s->bstate = B_READY;
         break;
     case PW_MONITOR:
         if (type == '+')
@@ -1140,6 +1157,7 @@ static void reply_done(struct session *s, char type)
         break;
     case PW_RESET:
         if (type == '+') {
+            s->unauth = s->auth_required;   /* RESET logs out */
             s->resp3 = 0;
             s->monitor = 0;
             s->nchan = s->npat = s->nshard = 0;
@@ -1189,7 +1207,7 @@ static int inspect(const struct session *s, const struct pending *head)
 {
     return s->monitor || (!s->resp3 && s->nchan + s->npat + s->nshard > 0) ||
            (head != NULL && (head->what == PW_SUB || head->what == PW_AUTH ||
-                             head->what == PW_POLICY));
+                             head->what == PW_POLICY || head->what == PW_PING));
 }
 
 /* EXEC's reply to the proxy's MULTI ... EXEC: *N, the command's reply, then
@@ -1446,11 +1464,18 @@ static void on_backend_connect(uv_connect_t *req, int status)
         send_backend_auth(s);
         return;
     }
+    /* Does the backend want clients to authenticate? Redis then refuses big
+     * requests before AUTH (CVE-2021-32675): the proxy must refuse them too,
+     * at the header, instead of buffering them. One round trip per
+     * connection, before the client is read. */
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    batch_add_copy(&tob, ping, sizeof ping - 1);
+    struct pending *p = q_push(s);
+    p->kind = PK_INTERNAL;
+    p->what = PW_PING;
+    s->bstate = B_AUTH;
     send_policy_probe(s);
-    if (s->ilen > 0)
-        process_input(s, s->ibuf, s->ilen, 1);
-    else
-        client_read_start(s);
+    flush_all(s);
 }
 
 static void backend_connect(struct session *s)
