@@ -79,6 +79,7 @@ static int parse_size(const struct conf_key *, enum section_kind, const char *, 
 static int parse_log_keys(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_action(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_refresh(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_onoff(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_text(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 
 #define CFG(f)  offsetof(struct config, f)
@@ -98,6 +99,7 @@ static const struct conf_key conf_keys[] = {
     { "admin",               IN_PROXY, parse_admin,    CFG(admin),               0, 0, NULL },
     { "log_keys",            IN_PROXY, parse_log_keys, CFG(log_keys),            0, 0, NULL },
     { "event_window",        IN_PROXY, parse_uint,     CFG(event_window),        1, DURATION_MAX, "seconds" },
+    { "multiplex",           IN_PROXY, parse_onoff,    CFG(multiplex),           0, 0, NULL },
 
     { "action",  IN_DEFAULT | IN_TTL, parse_action,  RULE(action),  0, 0, NULL },
     { "ttl",     IN_DEFAULT | IN_TTL, parse_ll,      RULE(ttl),     1, TTL_MAX, "seconds" },
@@ -313,6 +315,21 @@ static int parse_text(const struct conf_key *k, enum section_kind in, const char
         return -1;
     }
     set_string(field, value);
+    return 0;
+}
+
+static int parse_onoff(const struct conf_key *k, enum section_kind in, const char *value,
+                       void *field, char *err, size_t errlen)
+{
+    int *dst = field;
+    if (strcmp(value, "on") == 0)
+        *dst = 1;
+    else if (strcmp(value, "off") == 0)
+        *dst = 0;
+    else {
+        snprintf(err, errlen, "%s = '%s': expected on or off", k->name, value);
+        return -1;
+    }
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /*
  * events: the event log of durable-key registrations versus violations, and
- * the counters behind /metrics.
+ * the counters behind /metrics. The schema of the log is docs/events.md.
  *
  * The request path calls events_*() for every decision that touches a rule.
  * Those calls must be cheap: they bump counters, fold repeats of the same
@@ -9,7 +9,16 @@
  * Nothing here ever blocks or fails the request path: a full disk or an
  * unwritable file only increments events_dropped.
  *
- * All functions are called from the loop thread only.
+ *   events_violation() ... ──▶ counters ──▶ fold table ──first──▶ line ──▶ out buffer
+ *                                              │ repeat: count++          (4 MB at most)
+ *                                              ▼                              │ uv_check, once
+ *                                 window timer: one line with "count"  ──────▶│ per loop turn
+ *                                                                             ▼
+ *                                          libuv thread pool: open / write(2) / close
+ *
+ * All functions are called from the loop thread only. The rule pointers given
+ * to them must belong to the config last passed to events_init() or
+ * events_reconfigure().
  */
 #ifndef TTLG_EVENTS_H
 #define TTLG_EVENTS_H
@@ -44,21 +53,29 @@ struct ev_client {
     int db;                     /* SELECTed db */
 };
 
-/* Open the log named by cfg->events (NULL: off) and write one `registration`
- * event per rule of cfg. Called at start; returns -1 with err when the file
- * cannot be opened at start (a bad path is a config error). */
+/* Open the log named by cfg->events (NULL: off) and write `log_opened` and
+ * one `registration` event per rule of cfg. Called at start; returns -1 with
+ * err when the file cannot be opened at start (a bad path is a config error).
+ * Counters work whether the log is on or not. */
 int events_init(uv_loop_t *loop, const struct config *cfg, char *err, size_t errlen);
 
 /* A reload was accepted: new settings (path, log_keys, window) and one
- * `registration` event per rule, then `config_reloaded`. */
+ * `registration` event per rule, then `config_reloaded`. Call it once cfg is
+ * the running config and before the previous one is freed: the counts still
+ * folded under the old rules are written first. Per-rule counters restart at
+ * zero. A new path that cannot be opened keeps the old file (with a warning). */
 void events_reconfigure(const struct config *cfg);
 /* A reload was refused: `config_rejected` with the reason (file:line: ...). */
 void events_config_rejected(const char *path, const char *reason);
 
-/* SIGUSR1: reopen the file (logrotate). */
+/* SIGUSR1: reopen the file (logrotate). The open runs in the thread pool;
+ * lines not yet written by then go to the new file, which starts with a
+ * `log_opened` event. A failed open keeps the old file. No-op for stderr. */
 void events_reopen(void);
 
-/* Flush and close (shutdown). */
+/* Flush folded counts and pending lines, close the file and this module's
+ * handles. Call it from inside the loop (where the server closes its own
+ * handles): a write still in flight completes in a later turn of the loop. */
 void events_shutdown(void);
 
 void events_violation(const struct rule *r, struct slice cmd, struct slice key,
@@ -70,9 +87,16 @@ void events_durable_write(const struct rule *r, struct slice cmd, struct slice k
                           int sets_ttl, const struct ev_client *c);
 
 /* A command the proxy cannot judge touched keys under a rule (or is unknown):
- * scripts (detail: "sha=<40 hex> keys=a,b"), SWAPDB, MIGRATE, unknown commands.
- * Recorded once per command name and detail in a window. */
+ * scripts, SWAPDB, MIGRATE, unknown commands. Recorded once per command name
+ * and detail in a window. detail is written as is: key names in it escape
+ * log_keys, so pass them to events_unverified_keys() instead. */
 void events_unverified(struct slice cmd, const char *detail, const struct ev_client *c);
+
+/* The same with the keys involved (a script's declared keys: detail is then
+ * e.g. "sha=<40 hex>"), written as `keys` under log_keys. The keys of the
+ * last occurrence are the example of a folded line; at most 16 are kept. */
+void events_unverified_keys(struct slice cmd, const char *detail, const struct slice *keys,
+                            int nkeys, const struct ev_client *c);
 
 /* The backend's maxmemory-policy, read on the first backend connection:
  * policy is NULL when CONFIG GET was refused (managed services), with why. */
@@ -81,9 +105,13 @@ void events_backend_policy(const struct config *cfg, const char *policy, const c
 /* Counters for /metrics. */
 struct events_counters {
     uint64_t violations[EFF__COUNT][EACT__COUNT];   /* all rules together */
-    uint64_t events_written;
-    uint64_t events_dropped;
+    uint64_t events_written;     /* lines written to the log */
+    uint64_t events_dropped;     /* lines lost: buffer full, write failed, fold table full */
     uint64_t unverified;
+    uint64_t durable_writes;     /* all durable rules together, ttl_on_durable included */
+    uint64_t ttl_on_durable;
+    uint64_t config_reloads;     /* accepted */
+    uint64_t config_rejected;
 };
 const struct events_counters *events_counters(void);
 
@@ -91,8 +119,48 @@ const struct events_counters *events_counters(void);
  * violations by effect and action, durable writes. Reset on reload. */
 uint64_t events_rule_violations(size_t rule_index, enum ev_effect e, enum ev_action a);
 uint64_t events_rule_durable_writes(size_t rule_index);
+uint64_t events_rule_ttl_on_durable(size_t rule_index);
 
 const char *ev_effect_name(enum ev_effect e);
 const char *ev_action_name(enum ev_action a);
+
+/* ---- JSON, shared with the admin endpoint (/rules) and `ttlguard report` ---- */
+
+/* A growable byte buffer. The owner frees p. */
+struct evbuf {
+    char *p;
+    size_t len, cap;
+};
+
+void evbuf_reserve(struct evbuf *b, size_t more);
+void evbuf_add(struct evbuf *b, const void *p, size_t n);
+void evbuf_adds(struct evbuf *b, const char *s);
+void evbuf_u64(struct evbuf *b, uint64_t v);
+void evbuf_printf(struct evbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Append len bytes as a JSON string literal, quotes included. Keys and
+ * prefixes are bytes, not text: valid UTF-8 is copied, '"' '\\' \b \f \n \r
+ * \t get their short escapes, other control bytes and DEL are \u00XX, and a
+ * byte that is not part of valid UTF-8 is \udcXX (XX = the byte, 80..ff: the
+ * lone low surrogates of Python's "surrogateescape"), so every byte string
+ * round-trips and nothing else decodes to U+DC80..U+DCFF. */
+void evbuf_json_str(struct evbuf *b, const char *p, size_t len);
+
+/* Length of the valid UTF-8 sequence at p (1 to 4), or 0 when the bytes at p
+ * are not one (overlong forms, surrogates and code points above U+10FFFF are
+ * not). n is the number of bytes available. */
+size_t events_utf8_len(const unsigned char *p, size_t n);
+
+/* The members (no braces) of a rule as a JSON object: kind, rule (label),
+ * prefix, then what the kind has (docs/events.md, `registration`). */
+void events_rule_json(struct evbuf *b, const struct rule *r);
+
+/* SipHash-2-4 of len bytes under a 128-bit key: log_keys = hash, and the
+ * fold table (keyed, so clients cannot flood one bucket). */
+uint64_t events_siphash(const uint8_t key[16], const void *p, size_t len);
+
+/* log_keys = hash: the 16 hex digits written for key, under this process's
+ * random key (out: 17 bytes). */
+void events_key_hash(const char *key, size_t len, char out[17]);
 
 #endif

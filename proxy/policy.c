@@ -285,34 +285,14 @@ static enum verdict check_script(const struct config *cfg, const struct request 
                                  const struct policy_ctx *ctx, struct rewrite *rw)
 {
     int np = 0, nrule = 0;
-    char detail[512];
-    size_t dl = 0;
-
-    /* Name the script as Redis does: EVAL's body hashed, EVALSHA's sha, or
-     * the function. */
-    struct slice name = req->argv[0];
-    if (slice_eq_nocase(name, "eval")) {
-        char sha[41];
-        sha1_hex(req->argv[1].p, req->argv[1].len, sha);
-        dl = (size_t)snprintf(detail, sizeof detail, "sha=%s ", sha);
-    } else if (slice_eq_nocase(name, "evalsha")) {
-        dl = (size_t)snprintf(detail, sizeof detail, "sha=%.40s ", req->argv[1].p);
-        for (size_t i = 4; i < dl - 1; i++)
-            detail[i] = (char)(detail[i] >= 'A' && detail[i] <= 'F' ? detail[i] + 32 : detail[i]);
-    } else {
-        dl = (size_t)snprintf(detail, sizeof detail, "function=%.*s ",
-                              (int)(req->argv[1].len > 64 ? 64 : req->argv[1].len), req->argv[1].p);
-    }
+    char detail[128];
 
     for (int i = 0; i < nk; i++) {
         struct slice key = req->argv[keys[i].argi];
         const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
         if (r->kind == RULE_DURABLE || r->action == ACTION_ALLOW)
             continue;
-        nrule++;
-        if (dl < sizeof detail - 1)
-            dl += (size_t)snprintf(detail + dl, sizeof detail - dl, "%s%.*s", nrule == 1 ? "keys=" : ",",
-                                   (int)(key.len > 64 ? 64 : key.len), key.p);
+        nargv[nrule++] = key;           /* the keys under a rule, for the event */
         if (r->action == ACTION_REWRITE && r->ttl > 0) {
             found[np].argi = keys[i].argi;
             found[np].rule = r;
@@ -321,10 +301,24 @@ static enum verdict check_script(const struct config *cfg, const struct request 
     }
     if (nrule == 0)
         return V_FORWARD;
-    if (dl >= sizeof detail)
-        dl = sizeof detail - 1;
-    detail[dl] = '\0';
-    events_unverified(req->argv[0], detail, ctx->client);
+
+    /* Name the script as Redis does: EVAL's body hashed, EVALSHA's sha, or
+     * the function. */
+    struct slice name = req->argv[0];
+    if (slice_eq_nocase(name, "eval") || slice_eq_nocase(name, "eval_ro")) {
+        char sha[41];
+        sha1_hex(req->argv[1].p, req->argv[1].len, sha);
+        snprintf(detail, sizeof detail, "sha=%s", sha);
+    } else if (slice_eq_nocase(name, "evalsha") || slice_eq_nocase(name, "evalsha_ro")) {
+        int n = snprintf(detail, sizeof detail, "sha=%.*s",
+                         (int)(req->argv[1].len > 40 ? 40 : req->argv[1].len), req->argv[1].p);
+        for (int i = 4; i < n; i++)
+            detail[i] = (char)(detail[i] >= 'A' && detail[i] <= 'F' ? detail[i] + 32 : detail[i]);
+    } else {
+        snprintf(detail, sizeof detail, "function=%.*s",
+                 (int)(req->argv[1].len > 64 ? 64 : req->argv[1].len), req->argv[1].p);
+    }
+    events_unverified_keys(name, detail, nargv, nrule, ctx->client);
     if (np > 0)
         build_followup(&rw->followup, req, np);
     return V_FORWARD;

@@ -140,6 +140,12 @@ void req_framer_set_unauthenticated(struct req_framer *f, int on)
     f->unauth = on;
 }
 
+void req_framer_rewind(struct req_framer *f)
+{
+    reader_drop(f);
+    f->busy = 0;
+}
+
 int req_framer_idle(const struct req_framer *f)
 {
     return !f->busy;

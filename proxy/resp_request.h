@@ -59,6 +59,10 @@ void req_framer_moved(struct req_framer *f, size_t from, size_t to);
 #define REQ_MAX_UNAUTH_BULK      16384
 void req_framer_set_unauthenticated(struct req_framer *f, int on);
 
+/* Forget what was framed after the last complete request: the next call
+ * starts afresh at the offset it is given (the caller rewound its buffer). */
+void req_framer_rewind(struct req_framer *f);
+
 /* 1 when the framer holds no partial request. */
 int req_framer_idle(const struct req_framer *f);
 

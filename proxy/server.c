@@ -45,6 +45,7 @@ static void finish_shutdown(struct server *srv)
 {
     if (!srv->shutting_down || srv->nsessions > 0)
         return;
+    session_mux_shutdown();
     if (!uv_is_closing((uv_handle_t *)&srv->cron)) {
         uv_close((uv_handle_t *)&srv->cron, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_term, on_close_noop);

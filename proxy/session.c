@@ -38,6 +38,7 @@
 #include <netinet/tcp.h>
 
 #include "session.h"
+#include "commands.h"
 #include "events.h"
 #include "stats.h"
 #include "server.h"
@@ -60,6 +61,7 @@ enum backend_state {
     B_DOWN,         /* no backend: requests are answered with an error */
     B_CLOSING,      /* uv_close in flight for the backend handle */
     B_CLOSED,       /* backend went away after READY: the session ends */
+    B_SHARED,       /* multiplex = on: requests go over the shared connection (mux) */
 };
 
 enum pend_kind {
@@ -136,6 +138,8 @@ struct session {
     union stream client;
     union stream backend;
     uv_connect_t creq;
+    int mux_owed;                   /* replies owed for bytes not yet handed to the mux */
+    unsigned pin_wait:1;            /* a stateful request waits for a dedicated connection */
     uv_shutdown_t client_sreq;
     uv_shutdown_t backend_sreq;
     int handles;                    /* open uv handles; the session is freed at 0 */
@@ -188,9 +192,23 @@ struct session {
     uint64_t last_active;           /* monotonic ms */
 };
 
-/* One batch per direction, shared by all sessions: callbacks do not nest. */
+/* One batch per direction, shared by all sessions: callbacks do not nest.
+ * Replies read from a shared backend connection go to many clients in one
+ * callback: toc belongs to one session at a time and is flushed when the
+ * next reply is for another one. */
 static struct batch tob;    /* to the backend */
-static struct batch toc;    /* to the client */
+static struct batch toc;    /* to the client of toc_owner */
+static struct session *toc_owner;
+
+#define MUX_MAX_INFLIGHT 256    /* a session pipelining deeper gets its own connection */
+
+static void mux_append(struct session *s);
+static void mux_forget(struct session *s);
+static void mux_session_settle(struct session *s);
+static int needs_own_connection(const struct request *req);
+static void reply_bytes(struct session *s, const char *p, size_t used, int done, char type,
+                        int reply_start);
+static void batch_add_copy(struct batch *b, const char *p, size_t n);
 
 static void client_read_start(struct session *s);
 static void client_read_stop(struct session *s);
@@ -235,6 +253,8 @@ static void on_write(uv_write_t *req, int status)
     } else {
         if (!s->backend_reading && uv_stream_get_write_queue_size(dst) <= limit / 2)
             backend_read_start(s);
+        if (s->bstate == B_SHARED)
+            client_maybe_resume(s);
         maybe_finish(s);
     }
 }
@@ -290,31 +310,66 @@ static int batch_flush(struct session *s, struct batch *b, uv_stream_t *dst)
     return 0;
 }
 
+/* Write what toc holds to its owner's client. */
+static void flush_client(void)
+{
+    struct session *s = toc_owner;
+    if (toc.n == 0)
+        return;
+    if (s->closing) {
+        batch_reset(&toc);
+        return;
+    }
+    s->srv->stats.bytes_to_clients += toc.bytes;
+    if (batch_flush(s, &toc, &s->client.stream) < 0)
+        return;
+    if (uv_stream_get_write_queue_size(&s->client.stream) > s->srv->cfg->max_buffer) {
+        if (s->backend_reading) {
+            uv_read_stop(&s->backend.stream);
+            s->backend_reading = 0;
+        } else if (s->bstate == B_SHARED) {
+            /* The shared connection is not paused for one slow reader: no
+             * new requests instead; what is in flight is bounded. */
+            client_read_stop(s);
+        }
+    }
+}
+
 static void flush_all(struct session *s)
 {
     if (s->closing) {
         batch_reset(&tob);
-        batch_reset(&toc);
+        if (toc_owner == s)
+            batch_reset(&toc);
         return;
     }
-    size_t limit = s->srv->cfg->max_buffer;
-
     if (tob.n > 0) {
         s->srv->stats.bytes_to_backends += tob.bytes;
-        if (batch_flush(s, &tob, &s->backend.stream) < 0)
-            return;
-        if (s->client_reading && uv_stream_get_write_queue_size(&s->backend.stream) > limit)
-            client_read_stop(s);
-    }
-    if (toc.n > 0) {
-        s->srv->stats.bytes_to_clients += toc.bytes;
-        if (batch_flush(s, &toc, &s->client.stream) < 0)
-            return;
-        if (s->backend_reading && uv_stream_get_write_queue_size(&s->client.stream) > limit) {
-            uv_read_stop(&s->backend.stream);
-            s->backend_reading = 0;
+        if (s->bstate == B_SHARED) {
+            mux_append(s);
+        } else {
+            if (batch_flush(s, &tob, &s->backend.stream) < 0)
+                return;
+            if (s->client_reading &&
+                uv_stream_get_write_queue_size(&s->backend.stream) > s->srv->cfg->max_buffer)
+                client_read_stop(s);
         }
     }
+    flush_client();
+}
+
+/* Add bytes for s's client (copied, or a span valid until the flush). */
+static void toc_add(struct session *s, const char *p, size_t n, int copy)
+{
+    if (toc.n > 0 && toc_owner != s)
+        flush_client();
+    toc_owner = s;
+    if (toc.n + 1 > IOV_MAX_BATCH)
+        flush_all(s);
+    if (copy)
+        batch_add_copy(&toc, p, n);
+    else
+        batch_add(&toc, p, n);
 }
 
 static void batch_add(struct batch *b, const char *p, size_t n)
@@ -422,8 +477,7 @@ static void emit_locals(struct session *s)
 {
     struct pending *p;
     while ((p = q_head(s)) != NULL && p->kind == PK_LOCAL) {
-        room_for(s, &toc, 1);
-        batch_add_copy(&toc, p->local, p->local_len);
+        toc_add(s, p->local, p->local_len, 1);
         q_pop(s);
     }
 }
@@ -432,10 +486,13 @@ static void emit_locals(struct session *s)
 static void client_maybe_resume(struct session *s)
 {
     if (s->client_reading || s->client_eof || s->draining || s->close_after_flush ||
-        q_over_limit(s))
+        s->pin_wait || q_over_limit(s))
         return;
     if (s->bstate == B_READY) {
         if (uv_stream_get_write_queue_size(&s->backend.stream) > s->srv->cfg->max_buffer / 2)
+            return;
+    } else if (s->bstate == B_SHARED) {
+        if (uv_stream_get_write_queue_size(&s->client.stream) > s->srv->cfg->max_buffer / 2)
             return;
     } else if (s->bstate != B_DOWN) {
         return;
@@ -484,6 +541,11 @@ static void on_handle_closed(uv_handle_t *h)
     }
     if (--s->handles > 0)
         return;
+    mux_forget(s);
+    if (toc_owner == s) {
+        batch_reset(&toc);
+        toc_owner = NULL;
+    }
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -513,7 +575,7 @@ void session_close(struct session *s)
     s->srv->nclients--;
     if (!uv_is_closing(&s->client.handle))
         uv_close(&s->client.handle, on_handle_closed);
-    if (s->bstate != B_DOWN && !uv_is_closing(&s->backend.handle))
+    if (s->handles > 1 && !uv_is_closing(&s->backend.handle))    /* backend handle open */
         uv_close(&s->backend.handle, on_handle_closed);
 }
 
@@ -527,7 +589,7 @@ static void maybe_finish(struct session *s)
 {
     if (s->closing || !s->close_after_flush)
         return;
-    if (s->qlen > 0 && s->bstate == B_READY)
+    if (s->qlen > 0 && (s->bstate == B_READY || s->bstate == B_SHARED))
         return;     /* replies still owed (a protocol error waits its turn) */
     if (uv_stream_get_write_queue_size(&s->client.stream) > 0)
         return;
@@ -566,7 +628,7 @@ static void backend_lost(struct session *s, const char *why)
 static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct session *s = h->data;
-    if (s->ilen == 0 && (s->bstate == B_READY || s->bstate == B_DOWN)) {
+    if (s->ilen == 0 && (s->bstate == B_READY || s->bstate == B_DOWN || s->bstate == B_SHARED)) {
         buf->base = s->srv->rbuf;
         buf->len = s->srv->rbuf_size;
         return;
@@ -594,8 +656,13 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     if (nread < 0) {
         client_read_stop(s);
-        if (nread != UV_EOF || s->bstate != B_READY || s->qlen == 0) {
+        if (nread != UV_EOF || (s->bstate != B_READY && s->bstate != B_SHARED) || s->qlen == 0) {
             session_close(s);
+            return;
+        }
+        if (s->bstate == B_SHARED) {
+            s->client_eof = 1;
+            finish_after_flush(s);  /* once the replies owed are in */
             return;
         }
         /* Half-closed (e.g. `nc -N`): let Redis finish what it read, as if
@@ -814,20 +881,25 @@ static void send_internal(struct session *s, const char *p, size_t len, int coun
     struct pending *e = q_push(s);
     e->kind = PK_INTERNAL;
     e->remaining = count;
+    s->mux_owed += count;
 }
 
-static void handle_request(struct session *s, const struct request *req)
+/* Returns 1 when req must wait for a dedicated backend connection (the
+ * session leaves the shared one); it is then neither counted nor sent. */
+static int handle_request(struct session *s, const struct request *req)
 {
     struct server *srv = s->srv;
+    if (s->bstate == B_SHARED && (s->qlen >= MUX_MAX_INFLIGHT || needs_own_connection(req)))
+        return 1;
     srv->stats.requests++;
 
-    if (s->bstate != B_READY) {
+    if (s->bstate != B_READY && s->bstate != B_SHARED) {
         /* B_DOWN: nothing can run. Say why, then close, as redis-server
          * does when it cannot take a client; the next connection tries the
          * backend again. */
         queue_error(s, srv->down_reason);
         s->close_after_flush = 1;
-        return;
+        return 0;
     }
 
     int replies = 1, skipped = 0;
@@ -860,7 +932,7 @@ static void handle_request(struct session *s, const struct request *req)
             room_for(s, &tob, 1);
             batch_add_copy(&tob, ping, sizeof ping - 1);
         }
-        return;
+        return 0;
     }
 
     int mt = multi_cmd(req);
@@ -883,7 +955,7 @@ static void handle_request(struct session *s, const struct request *req)
             e->local = abort_line;
             e->local_len = sizeof abort_line - 1;
         }
-        return;
+        return 0;
     }
     track_identity(s, req);
 
@@ -913,13 +985,16 @@ static void handle_request(struct session *s, const struct request *req)
         e->what = PW_EXEC_FIRST;
         e->rewritten = 1;
         e->t0 = uv_hrtime();
+        s->mux_owed += rw.exec_first + 1;
     } else if (replies) {
         struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
                               .t0 = uv_hrtime() };
         if (!track_pubsub(s, req, &pe))
             track_request(s, req, &pe);
-        if (pe.remaining != 0)          /* RESP3 pub/sub: confirmations are pushes */
+        if (pe.remaining != 0) {        /* RESP3 pub/sub: confirmations are pushes */
             *q_push(s) = pe;
+            s->mux_owed += pe.remaining;
+        }
     }
 
     if (rw.followup.len > 0) {
@@ -956,6 +1031,7 @@ static void handle_request(struct session *s, const struct request *req)
     default:
         break;
     }
+    return 0;
 }
 
 /* Frame and handle every complete request in data[0..len). When the bytes
@@ -982,7 +1058,15 @@ static void process_input(struct session *s, const char *data, size_t len, int i
             s->close_after_flush = 1;
             break;
         }
-        handle_request(s, &req);
+        if (handle_request(s, &req) == 1) {
+            /* Leave the shared connection: this request and the ones after
+             * it wait in ibuf until the replies owed there are in. */
+            pos = (size_t)(req.raw.p - data);
+            req_framer_rewind(s->framer);
+            s->pin_wait = 1;
+            client_read_stop(s);
+            break;
+        }
     }
     if (reply_scanner_idle(&s->rs))
         emit_locals(s);
@@ -1022,7 +1106,9 @@ static void process_input(struct session *s, const char *data, size_t len, int i
     }
     if (q_over_limit(s))
         client_read_stop(s);
-    if (s->close_after_flush)
+    if (s->pin_wait)
+        mux_session_settle(s);
+    else if (s->close_after_flush)
         maybe_finish(s);
 }
 
@@ -1174,8 +1260,7 @@ static void reply_done(struct session *s, char type)
         backend_policy_seen(s, type);
         break;
     case PW_REPLACE:
-        room_for(s, &toc, 1);
-        batch_add_copy(&toc, head->local, head->local_len);
+        toc_add(s, head->local, head->local_len, 1);
         break;
     case PW_AUTH:
         if (type == '+') {
@@ -1222,8 +1307,7 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
             } else if (s->xerr.len > 0) {
                 /* EXECABORT: the command was refused when queued (OOM,
                  * READONLY, NOPERM...); that error is its reply. */
-                room_for(s, &toc, 1);
-                batch_add_copy(&toc, s->xerr.p, s->xerr.len);
+                toc_add(s, s->xerr.p, s->xerr.len, 1);
                 s->xerr.len = 0;
                 s->xphase = XP_REST;
             } else {
@@ -1249,8 +1333,7 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
                 s->xphase = XP_REST;
                 return;
             }
-            room_for(s, &toc, 1);
-            batch_add(&toc, p, (size_t)used);
+            toc_add(s, p, (size_t)used, 0);
             p += used;
             n -= (size_t)used;
             if (done)
@@ -1260,8 +1343,7 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
         case XP_REST:
             return;
         case XP_ALL:
-            room_for(s, &toc, 1);
-            batch_add(&toc, p, n);
+            toc_add(s, p, n, 0);
             return;
         }
     }
@@ -1289,6 +1371,50 @@ static void keep_peek_tail(struct session *s, const char *p, size_t n)
     s->taillen = (uint32_t)(keep + n);
 }
 
+/* `used` bytes of one reply for s (done: its last ones), as framed by the
+ * scanner of the connection they came on. */
+static void reply_bytes(struct session *s, const char *p, size_t used, int done, char type,
+                        int reply_start)
+{
+    if (reply_start) {
+        emit_locals(s);
+        s->peeklen = 0;
+        s->taillen = 0;
+    }
+    struct pending *head = q_head(s);
+    if (head != NULL && head->what == PW_SUB && head->remaining < 0) {
+        int n = head->subkind == SUB_CHANNEL ? s->nchan :
+                head->subkind == SUB_PATTERN ? s->npat : s->nshard;
+        head->remaining = n > 0 ? n : 1;
+    }
+
+    /* Keep the first and last bytes: enough to read pub/sub and monitor
+     * replies and the proxy's own AUTH answer. */
+    if (inspect(s, head))
+        keep_peek_tail(s, p, used);
+
+    if (head != NULL && head->what == PW_QUEUED && type != '>') {
+        if (reply_start)
+            s->xerr.len = 0;
+        if (s->xerr.len + used > s->xerr.cap) {
+            s->xerr.cap = s->xerr.len + used;
+            s->xerr.p = xrealloc(s->xerr.p, s->xerr.cap);
+        }
+        memcpy(s->xerr.p + s->xerr.len, p, used);
+        s->xerr.len += used;
+        if (done && type != '-')
+            s->xerr.len = 0;
+    } else if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
+        if (reply_start)
+            s->xphase = XP_START;
+        exec_first_filter(s, p, used);
+    } else if (head == NULL || head->kind != PK_INTERNAL || type == '>') {
+        toc_add(s, p, used, 0);
+    }
+    if (done)
+        reply_done(s, type);
+}
+
 static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     struct session *s = st->data;
@@ -1304,20 +1430,7 @@ static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     const char *p = buf->base;
     size_t left = (size_t)nread;
     while (left > 0 && !s->closing) {
-        struct pending *head;
         int reply_start = reply_scanner_idle(&s->rs);
-        if (reply_start) {
-            emit_locals(s);
-            s->peeklen = 0;
-            s->taillen = 0;
-        }
-        head = q_head(s);
-        if (head != NULL && head->what == PW_SUB && head->remaining < 0) {
-            int n = head->subkind == SUB_CHANNEL ? s->nchan :
-                    head->subkind == SUB_PATTERN ? s->npat : s->nshard;
-            head->remaining = n > 0 ? n : 1;
-        }
-
         int done = 0;
         ssize_t used = reply_scan(&s->rs, p, left, &done);
         if (used < 0) {
@@ -1325,34 +1438,7 @@ static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             backend_lost(s, "protocol error");
             return;
         }
-        char type = reply_scanner_type(&s->rs);
-
-        /* Keep the first and last bytes: enough to read pub/sub and monitor
-         * replies and the proxy's own AUTH answer. */
-        if (inspect(s, head))
-            keep_peek_tail(s, p, (size_t)used);
-
-        if (head != NULL && head->what == PW_QUEUED && type != '>') {
-            if (reply_start)
-                s->xerr.len = 0;
-            if (s->xerr.len + (size_t)used > s->xerr.cap) {
-                s->xerr.cap = s->xerr.len + (size_t)used;
-                s->xerr.p = xrealloc(s->xerr.p, s->xerr.cap);
-            }
-            memcpy(s->xerr.p + s->xerr.len, p, (size_t)used);
-            s->xerr.len += (size_t)used;
-            if (done && type != '-')
-                s->xerr.len = 0;
-        } else if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
-            if (reply_start)
-                s->xphase = XP_START;
-            exec_first_filter(s, p, (size_t)used);
-        } else if (head == NULL || head->kind != PK_INTERNAL || type == '>') {
-            room_for(s, &toc, 1);
-            batch_add(&toc, p, (size_t)used);
-        }
-        if (done)
-            reply_done(s, type);
+        reply_bytes(s, p, (size_t)used, done, reply_scanner_type(&s->rs), reply_start);
         p += used;
         left -= (size_t)used;
     }
@@ -1361,14 +1447,10 @@ static void backend_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (reply_scanner_idle(&s->rs))
         emit_locals(s);
     flush_all(s);
-    if (was_auth && s->bstate == B_READY) {
-        if (s->ilen > 0)
-            process_input(s, s->ibuf, s->ilen, 1);
-        else
-            client_read_start(s);
-    } else {
+    if (was_auth && s->bstate == B_READY && s->ilen > 0)
+        process_input(s, s->ibuf, s->ilen, 1);     /* what waited for the handshake */
+    if (!s->closing)
         client_maybe_resume(s);
-    }
     maybe_finish(s);
 }
 
@@ -1505,6 +1587,363 @@ static void backend_connect(struct session *s)
         backend_unavailable(s, uv_strerror(r));
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* The shared backend connection (multiplex = on)                            */
+/*
+ * Sessions that only send stateless commands share one backend connection,
+ * as twemproxy does: their requests are gathered into one write per loop
+ * iteration (uv_check), Redis answers them in order, and a FIFO with one
+ * entry per reply says whose reply comes next. That saves the proxy a read
+ * and a write per request, and Redis as many.
+ *
+ * The first request that would give the connection state of its own
+ * (SELECT, AUTH, HELLO, MULTI, WATCH, CLIENT, blocking commands, pub/sub,
+ * MONITOR, unknown commands, ...) pins the session: it stops reading, waits
+ * for the replies it is owed on the shared connection, then opens a
+ * dedicated one and goes on 1:1 from that request. So no client ever sees
+ * a difference in what its commands do.
+ */
+
+struct mux {
+    struct server *srv;
+    union stream h;
+    uv_connect_t creq;
+    uv_check_t flusher;             /* writes `out` once per loop iteration */
+    int ready;                      /* connected (and authenticated) */
+    int shareable;                  /* probed: Redis does not want AUTH from clients */
+    int failed;                     /* closing: no new requests */
+    int handles;
+    struct reply_scanner rs;
+    struct session **fifo;          /* whose reply is next; NULL: that session is gone */
+    uint32_t fhead, flen, fcap;
+    char *out;                      /* requests not yet written */
+    size_t outlen, outcap;
+};
+
+static struct mux *mux_current;     /* one loop, one shared connection */
+static char mux_self;               /* fifo marker: the reply is for the mux itself */
+
+static void mux_fifo_push(struct mux *m, struct session *s, int n)
+{
+    while (n-- > 0) {
+        if (m->flen == m->fcap) {
+            uint32_t ncap = m->fcap ? m->fcap * 2 : 256;
+            struct session **nf = xmalloc(sizeof *nf * ncap);
+            for (uint32_t i = 0; i < m->flen; i++)
+                nf[i] = m->fifo[(m->fhead + i) % m->fcap];
+            free(m->fifo);
+            m->fifo = nf;
+            m->fhead = 0;
+            m->fcap = ncap;
+        }
+        m->fifo[(m->fhead + m->flen) % m->fcap] = s;
+        m->flen++;
+    }
+}
+
+static void mux_out(struct mux *m, const char *p, size_t n)
+{
+    if (m->outlen + n > m->outcap) {
+        m->outcap = (m->outlen + n) * 2;
+        m->out = xrealloc(m->out, m->outcap);
+    }
+    memcpy(m->out + m->outlen, p, n);
+    m->outlen += n;
+}
+
+static void on_mux_closed(uv_handle_t *h)
+{
+    struct mux *m = h->data;
+    if (--m->handles > 0)
+        return;
+    free(m->fifo);
+    free(m->out);
+    free(m);
+}
+
+/* The shared connection failed or closed: sessions owed replies on it end
+ * as they would with their own connection (what was received, then EOF). */
+static void mux_fail(struct mux *m, const char *why)
+{
+    if (m->failed)
+        return;
+    m->failed = 1;
+    if (mux_current == m)
+        mux_current = NULL;
+    log_warn("shared backend connection: %s", why);
+    for (uint32_t i = 0; i < m->flen; i++) {
+        struct session *s = m->fifo[(m->fhead + i) % m->fcap];
+        if (s == NULL || s == (struct session *)&mux_self)
+            continue;
+        m->fifo[(m->fhead + i) % m->fcap] = NULL;
+        if (s->closing || s->bstate != B_SHARED)
+            continue;
+        s->bstate = B_CLOSED;
+        if (!m->ready) {
+            /* never connected: answer as a session without a backend does */
+            q_drop_backend_entries(s);
+            queue_error(s, m->srv->down_reason);
+            emit_locals(s);
+            flush_all(s);
+        }
+        finish_after_flush(s);
+    }
+    if (m->ready)
+        stats_proxy.backend_connections--;
+    m->flen = 0;
+    uv_close((uv_handle_t *)&m->h, on_mux_closed);
+    uv_close((uv_handle_t *)&m->flusher, on_mux_closed);
+}
+
+static void on_mux_write(uv_write_t *req, int status)
+{
+    struct wchunk *c = (struct wchunk *)req;
+    free(c);
+}
+
+static void on_mux_check(uv_check_t *h)
+{
+    struct mux *m = h->data;
+    uv_check_stop(h);
+    if (!m->ready || m->failed || m->outlen == 0)
+        return;
+    uv_buf_t b = uv_buf_init(m->out, (unsigned)m->outlen);
+    int r = uv_try_write(&m->h.stream, &b, 1);
+    size_t done = r > 0 ? (size_t)r : 0;
+    if (r < 0 && r != UV_EAGAIN) {
+        mux_fail(m, uv_strerror(r));
+        return;
+    }
+    if (done < m->outlen) {
+        struct wchunk *c = xmalloc(sizeof *c + (m->outlen - done));
+        c->s = NULL;
+        c->len = m->outlen - done;
+        memcpy(c->data, m->out + done, c->len);
+        uv_buf_t wb = uv_buf_init(c->data, (unsigned)c->len);
+        if (uv_write(&c->req, &m->h.stream, &wb, 1, on_mux_write) < 0) {
+            free(c);
+            mux_fail(m, "write failed");
+            return;
+        }
+    }
+    m->outlen = 0;
+    if (m->outcap > 1024 * 1024) {
+        free(m->out);
+        m->out = NULL;
+        m->outcap = 0;
+    }
+}
+
+static void mux_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct mux *m = h->data;
+    buf->base = m->srv->rbuf;
+    buf->len = m->srv->rbuf_size;
+}
+
+/* After a reply for s: what the end of a backend read does for a session. */
+static void mux_session_settle(struct session *s)
+{
+    if (s->closing)
+        return;
+    emit_locals(s);
+    if (toc_owner == s)
+        flush_client();     /* before maybe_finish() can shut the client down */
+    if (s->closing)
+        return;
+    if (s->pin_wait && s->qlen == 0) {
+        /* Owed nothing on the shared connection any more: go 1:1. */
+        flush_all(s);
+        s->pin_wait = 0;
+        s->bstate = B_DOWN;
+        backend_connect(s);
+        return;
+    }
+    client_maybe_resume(s);
+    maybe_finish(s);
+}
+
+static void mux_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct mux *m = st->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        mux_fail(m, nread == UV_EOF ? "closed by the server" : uv_strerror((int)nread));
+        return;
+    }
+    m->srv->stats.bytes_from_backends += (uint64_t)nread;
+    const char *p = buf->base;
+    size_t left = (size_t)nread;
+    while (left > 0 && !m->failed) {
+        int reply_start = reply_scanner_idle(&m->rs);
+        int done = 0;
+        ssize_t used = reply_scan(&m->rs, p, left, &done);
+        if (used < 0) {
+            mux_fail(m, reply_scanner_error(&m->rs));
+            return;
+        }
+        struct session *s = m->flen ? m->fifo[m->fhead] : NULL;
+        if (s == (struct session *)&mux_self) {
+            /* The proxy's AUTH, then its PING: a client that would have to
+             * authenticate cannot share a connection that did it for it. */
+            if (done && m->flen > 1 && reply_scanner_type(&m->rs) == '-')
+                log_error("shared backend connection: the proxy's AUTH was refused");
+            else if (done && m->flen == 1 && reply_scanner_type(&m->rs) == '+')
+                m->shareable = 1;   /* PING answered: no AUTH needed */
+        } else if (s != NULL && !s->closing) {
+            reply_bytes(s, p, (size_t)used, done, reply_scanner_type(&m->rs), reply_start);
+        }
+        if (done && m->flen > 0) {
+            m->fhead = (m->fhead + 1) % m->fcap;
+            m->flen--;
+            if (s != NULL && s != (struct session *)&mux_self)
+                mux_session_settle(s);
+        }
+        p += used;
+        left -= (size_t)used;
+    }
+    if (toc.n > 0)
+        flush_client();
+}
+
+static void on_mux_connect(uv_connect_t *req, int status)
+{
+    struct mux *m = req->data;
+    if (m->failed)
+        return;
+    if (status < 0) {
+        snprintf(m->srv->down_reason, sizeof m->srv->down_reason,
+                 "ERR ttlguard: backend %s unavailable: %s", m->srv->backend_name,
+                 uv_strerror(status));
+        m->srv->stats.backend_connect_errors++;
+        server_backend_failed(m->srv);
+        mux_fail(m, uv_strerror(status));
+        return;
+    }
+    m->srv->stats.backend_connects++;
+    stats_proxy.backend_connections++;
+    m->ready = 1;
+    if (m->h.handle.type == UV_TCP)
+        uv_tcp_nodelay(&m->h.tcp, 1);
+    uv_read_start(&m->h.stream, mux_alloc, mux_read);
+    if (m->outlen > 0)
+        uv_check_start(&m->flusher, on_mux_check);
+}
+
+/* The shared connection, opened on first use. NULL when it cannot be. */
+static struct mux *mux_get(struct server *srv)
+{
+    if (mux_current != NULL)
+        return mux_current;
+    if (!srv->backend_addr.is_unix && !srv->backend_sa_ok)
+        return NULL;
+    struct mux *m = xcalloc(1, sizeof *m);
+    m->srv = srv;
+    m->h.handle.data = m;
+    m->creq.data = m;
+    m->flusher.data = m;
+    reply_scanner_init(&m->rs);
+    uv_check_init(srv->loop, &m->flusher);
+    m->handles = 2;
+    int r;
+    if (srv->backend_addr.is_unix) {
+        uv_pipe_init(srv->loop, &m->h.pipe, 0);
+        uv_pipe_connect(&m->creq, &m->h.pipe, srv->backend_addr.host, on_mux_connect);
+        r = 0;
+    } else {
+        uv_tcp_init(srv->loop, &m->h.tcp);
+        r = uv_tcp_connect(&m->creq, &m->h.tcp, (struct sockaddr *)&srv->backend_sa,
+                           on_mux_connect);
+    }
+    mux_current = m;
+    if (r < 0) {
+        mux_fail(m, uv_strerror(r));
+        return NULL;
+    }
+    const struct config *cfg = srv->cfg;
+    if (cfg->backend_password != NULL) {
+        char hdr[64];
+        const char *args[3] = { "AUTH", cfg->backend_username, cfg->backend_password };
+        int argc = cfg->backend_username ? 3 : 2;
+        if (argc == 2)
+            args[1] = cfg->backend_password;
+        mux_out(m, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", argc));
+        for (int i = 0; i < argc; i++) {
+            size_t n = strlen(args[i]);
+            mux_out(m, hdr, (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", n));
+            mux_out(m, args[i], n);
+            mux_out(m, "\r\n", 2);
+        }
+        mux_fifo_push(m, (struct session *)&mux_self, 1);
+    }
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    mux_out(m, ping, sizeof ping - 1);
+    mux_fifo_push(m, (struct session *)&mux_self, 1);
+    return m;
+}
+
+/* flush_all() for a B_SHARED session: its gathered requests join the
+ * shared connection's next write, and the FIFO learns whose replies those are. */
+static void mux_append(struct session *s)
+{
+    struct mux *m = mux_get(s->srv);
+    if (m == NULL) {
+        batch_reset(&tob);
+        s->bstate = B_CLOSED;
+        finish_after_flush(s);
+        return;
+    }
+    for (int i = 0; i < tob.n; i++) {
+        const char *base = tob.arena_off[i] != (size_t)-1 ? tob.arena + tob.arena_off[i]
+                                                         : tob.iov[i].base;
+        mux_out(m, base, tob.iov[i].len);
+    }
+    batch_reset(&tob);
+    mux_fifo_push(m, s, s->mux_owed);
+    s->mux_owed = 0;
+    uv_check_start(&m->flusher, on_mux_check);
+}
+
+/* A session goes away: replies still owed to it are read and dropped. */
+static void mux_forget(struct session *s)
+{
+    struct mux *m = mux_current;
+    if (m == NULL)
+        return;
+    for (uint32_t i = 0; i < m->flen; i++)
+        if (m->fifo[(m->fhead + i) % m->fcap] == s)
+            m->fifo[(m->fhead + i) % m->fcap] = NULL;
+}
+
+/* Requests that give a connection state of its own, or block it: a session
+ * sending one leaves the shared connection. */
+static int needs_own_connection(const struct request *req)
+{
+    static const struct { const char *name; size_t len; } pin[] = {
+#define P(n) { n, sizeof n - 1 }
+        P("auth"), P("quit"), P("exec"), P("wait"), P("hello"), P("reset"), P("multi"),
+        P("watch"), P("blpop"), P("brpop"), P("xread"), P("select"), P("client"),
+        P("asking"), P("blmove"), P("blmpop"), P("bzmpop"), P("discard"), P("unwatch"),
+        P("monitor"), P("readonly"), P("bzpopmin"), P("bzpopmax"), P("subscribe"),
+        P("readwrite"), P("psubscribe"), P("ssubscribe"), P("brpoplpush"), P("xreadgroup"),
+        P("unsubscribe"), P("punsubscribe"), P("sunsubscribe"),
+#undef P
+    };
+    struct slice cmd = req->argv[0];
+    for (size_t i = 0; i < sizeof pin / sizeof pin[0]; i++)
+        if (pin[i].len == cmd.len && slice_eq_nocase(cmd, pin[i].name))
+            return 1;
+    return !command_is_known(cmd.p, cmd.len);
+}
+
+void session_mux_shutdown(void)
+{
+    if (mux_current != NULL && mux_current->flen == 0)
+        mux_fail(mux_current, "shutting down");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Accept, cron, drain                                                       */
 
@@ -1548,6 +1987,13 @@ void session_accept(struct server *srv, uv_stream_t *listener)
     }
     if (listener->type == UV_TCP)
         uv_tcp_nodelay(&s->client.tcp, 1);
+    struct mux *m;
+    if (srv->cfg->multiplex && (m = mux_get(srv)) != NULL && m->shareable) {
+        /* Until the shared connection has been probed, sessions go 1:1. */
+        s->bstate = B_SHARED;
+        client_read_start(s);
+        return;
+    }
     backend_connect(s);
 }
 
@@ -1584,7 +2030,7 @@ void session_drain(struct session *s)
 {
     s->draining = 1;
     client_read_stop(s);
-    if (s->qlen == 0 || s->bstate != B_READY)
+    if (s->qlen == 0 || (s->bstate != B_READY && s->bstate != B_SHARED))
         finish_after_flush(s);
 }
 

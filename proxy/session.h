@@ -24,4 +24,7 @@ void session_close(struct session *s);
 
 struct session *session_next(const struct session *s);
 
+/* Shutdown: close the shared backend connection once nothing is owed on it. */
+void session_mux_shutdown(void);
+
 #endif

@@ -1,0 +1,927 @@
+/*
+ * admin: /metrics, /healthz and /rules over HTTP on the proxy's loop.
+ *
+ *   accept ──▶ conn ──read──▶ http_parser ──on_message_complete──▶ route
+ *                ▲                                                   │
+ *                │      /metrics, /rules, 404, 405: answered at once ┤
+ *                │                                                   ▼
+ *                └── resume parsing ◀── health result ◀── /healthz: parser paused,
+ *                                                        one check for all waiters
+ *
+ * One request at a time per connection: a pipelined request waits in the
+ * connection's `held` bytes (reading stops meanwhile) until the answer before
+ * it is queued. That keeps the answers in order and the memory bounded.
+ *
+ * /healthz opens its own short connection to the backend (AUTH when the
+ * config has credentials, then PING), so it says whether a new session would
+ * work, not whether old ones still do. The answer is cached for a second:
+ * a scraper hitting /healthz in a loop costs the backend one connection a
+ * second at most.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <http_parser.h>
+#include <hiredis/hiredis.h>
+
+#include "admin.h"
+#include "events.h"
+#include "server.h"
+#include "stats.h"
+
+#define ADMIN_MAX_CONNS     64
+#define ADMIN_REQ_MAX       8192            /* bytes of URL + headers + body of one request */
+#define ADMIN_URL_MAX       1024
+#define ADMIN_IDLE_MS       30000           /* an idle keep-alive connection is closed */
+#define ADMIN_CRON_MS       1000
+#define ADMIN_WQ_MAX        (1u << 20)      /* unsent answer bytes before reading stops */
+#define ADMIN_READ_CHUNK    (64 * 1024)
+#define HEALTH_CACHE_MS     1000
+#define HEALTH_TIMEOUT_MS   1000
+
+/* Why a connection does not parse its held bytes now. */
+#define WAIT_HEALTH 1u      /* a /healthz answer is pending */
+#define WAIT_WRITE  2u      /* too much unsent: the peer is not reading */
+
+struct admin_conn {
+    uv_tcp_t tcp;
+    http_parser parser;
+    struct admin_conn *prev, *next;
+    char url[ADMIN_URL_MAX + 1];
+    size_t urllen;
+    size_t req_bytes;           /* of the request being parsed */
+    int too_large;
+    unsigned wait;              /* WAIT_* */
+    int head;                   /* the request waiting for /healthz is a HEAD */
+    int keep_alive;             /* of that request */
+    int close_after;            /* close once the queued answers are sent */
+    int closing;
+    int reading;
+    int feeding;                /* inside http_parser_execute(): no re-entry */
+    uint64_t last_active;       /* uv_now() */
+    struct evbuf held;          /* read but not parsed yet */
+};
+
+/* One backend check in flight; freed when its handle has closed. */
+struct hcheck {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } conn;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    struct evbuf out;           /* AUTH and PING */
+    redisReader *reader;
+    int auth_pending;           /* the next reply answers AUTH */
+};
+
+/* A queued answer: freed in its write callback. */
+struct answer {
+    uv_write_t req;
+    struct admin_conn *c;
+    size_t len;
+    char data[];
+};
+
+static struct {
+    struct server *srv;
+    uv_tcp_t *listener;         /* NULL when off; freed in its close callback */
+    char *addr;                 /* the address it listens on */
+    struct admin_conn *conns;
+    int nconns;
+    uv_timer_t cron;
+    int cron_on;
+
+    struct hcheck *check;       /* in flight, or NULL */
+    uv_timer_t check_timer;
+    int health_known;
+    uint64_t health_at;         /* uv_now() of the last result */
+    int health_ok;
+    char health_reason[400];
+} adm;
+
+static http_parser_settings settings;
+static char read_chunk[ADMIN_READ_CHUNK];
+
+static void conn_feed(struct admin_conn *c, const char *p, size_t n);
+static void conn_close(struct admin_conn *c);
+
+/* ---- answers ------------------------------------------------------------ */
+
+static const char *status_text(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    }
+    return "Error";
+}
+
+static void conn_resume(struct admin_conn *c);
+
+static void on_answer_written(uv_write_t *req, int status)
+{
+    struct answer *a = (struct answer *)req;
+    struct admin_conn *c = a->c;
+    free(a);
+    if (c->closing)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (c->close_after && queued == 0) {
+        conn_close(c);
+        return;
+    }
+    if ((c->wait & WAIT_WRITE) && queued <= ADMIN_WQ_MAX / 2) {
+        c->wait &= ~WAIT_WRITE;
+        conn_resume(c);
+    }
+}
+
+/* Queue one whole answer. head: leave the body out (HEAD) but say its length. */
+static void conn_answer(struct admin_conn *c, int status, const char *ctype,
+                        const char *body, size_t blen, int head, int keep_alive,
+                        const char *extra_header)
+{
+    char hdr[512];
+    int hl = snprintf(hdr, sizeof hdr,
+                      "HTTP/1.1 %d %s\r\n"
+                      "Content-Type: %s\r\n"
+                      "Content-Length: %zu\r\n"
+                      "Cache-Control: no-store\r\n"
+                      "%s%s"
+                      "Connection: %s\r\n\r\n",
+                      status, status_text(status), ctype, blen,
+                      extra_header ? extra_header : "", extra_header ? "\r\n" : "",
+                      keep_alive ? "keep-alive" : "close");
+    size_t send_body = head ? 0 : blen;
+    struct answer *a = xmalloc(sizeof *a + (size_t)hl + send_body);
+    a->c = c;
+    a->len = (size_t)hl + send_body;
+    memcpy(a->data, hdr, (size_t)hl);
+    if (send_body)
+        memcpy(a->data + hl, body, send_body);
+    uv_buf_t buf = uv_buf_init(a->data, (unsigned)a->len);
+    if (!keep_alive)
+        c->close_after = 1;
+    int r = uv_write(&a->req, (uv_stream_t *)&c->tcp, &buf, 1, on_answer_written);
+    if (r < 0) {
+        free(a);
+        conn_close(c);
+        return;
+    }
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > ADMIN_WQ_MAX)
+        c->wait |= WAIT_WRITE;
+}
+
+static void answer_text(struct admin_conn *c, int status, const char *text, int head,
+                        int keep_alive, const char *extra_header)
+{
+    conn_answer(c, status, "text/plain; charset=utf-8", text, strlen(text), head, keep_alive,
+                extra_header);
+}
+
+/* ---- /metrics -------------------------------------------------------------- */
+
+static void m_family(struct evbuf *b, const char *name, const char *type, const char *help)
+{
+    evbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void m_sample(struct evbuf *b, const char *name, const char *labels, uint64_t v)
+{
+    evbuf_adds(b, name);
+    if (labels != NULL && *labels)
+        evbuf_printf(b, "{%s}", labels);
+    evbuf_add(b, " ", 1);
+    evbuf_u64(b, v);
+    evbuf_add(b, "\n", 1);
+}
+
+static void m_single(struct evbuf *b, const char *name, const char *type, const char *help,
+                     uint64_t v)
+{
+    m_family(b, name, type, help);
+    m_sample(b, name, NULL, v);
+}
+
+/* A label value: Prometheus escapes \, " and newline. */
+static void label_value(struct evbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            evbuf_printf(b, "\\%c", *s);
+        else if (*s == '\n')
+            evbuf_adds(b, "\\n");
+        else
+            evbuf_add(b, s, 1);
+    }
+}
+
+static void rule_label(struct evbuf *lab, const struct rule *r)
+{
+    lab->len = 0;
+    evbuf_adds(lab, "rule=\"");
+    label_value(lab, r->label);
+    evbuf_add(lab, "\"", 1);
+}
+
+static void m_histogram(struct evbuf *b, const char *name, const char *path,
+                        const struct stats_hist *h)
+{
+    uint64_t cum = 0;
+    for (unsigned i = 0; i < STATS_NBOUNDS; i++) {
+        cum += h->bucket[i];
+        evbuf_printf(b, "%s_bucket{path=\"%s\",le=\"%s\"} ", name, path, stats_bounds_text[i]);
+        evbuf_u64(b, cum);
+        evbuf_add(b, "\n", 1);
+    }
+    evbuf_printf(b, "%s_bucket{path=\"%s\",le=\"+Inf\"} ", name, path);
+    evbuf_u64(b, h->count);
+    evbuf_printf(b, "\n%s_sum{path=\"%s\"} %.9f\n%s_count{path=\"%s\"} ", name, path,
+                 (double)h->sum_ns / 1e9, name, path);
+    evbuf_u64(b, h->count);
+    evbuf_add(b, "\n", 1);
+}
+
+static void render_metrics(struct evbuf *b)
+{
+    const struct server *srv = adm.srv;
+    const struct stats *st = &srv->stats;
+    const struct events_counters *ec = events_counters();
+    const struct ruleset *rs = &srv->cfg->rules;
+    const struct stats_hist *lat = stats_proxy.latency;
+    struct evbuf lab = { 0 };
+
+    m_family(b, "ttlguard_build_info", "gauge", "ttlguard version.");
+    evbuf_printf(b, "ttlguard_build_info{version=\"%s\"} 1\n", TTLG_VERSION);
+    m_single(b, "ttlguard_client_connections", "gauge", "Client connections open now.",
+             (uint64_t)(srv->nsessions > 0 ? srv->nsessions : 0));
+    m_single(b, "ttlguard_backend_connections", "gauge", "Backend connections open now.",
+             (uint64_t)(stats_proxy.backend_connections > 0 ? stats_proxy.backend_connections : 0));
+    m_single(b, "ttlguard_clients_accepted_total", "counter", "Client connections accepted.",
+             st->clients_accepted);
+    m_single(b, "ttlguard_clients_rejected_total", "counter",
+             "Client connections refused because max_clients were connected.", st->clients_rejected);
+    m_single(b, "ttlguard_backend_connects_total", "counter", "Backend connections established.",
+             st->backend_connects);
+    m_single(b, "ttlguard_backend_errors_total", "counter",
+             "Backend connections that failed (connect errors and timeouts).",
+             st->backend_connect_errors);
+    m_single(b, "ttlguard_requests_total", "counter", "Requests read from clients.", st->requests);
+    m_single(b, "ttlguard_commands_forwarded_total", "counter",
+             "Commands forwarded to the backend and answered, rewritten ones included.",
+             lat[STATS_PASS].count + lat[STATS_REWRITTEN].count);
+    m_single(b, "ttlguard_commands_rewritten_total", "counter",
+             "Commands rewritten so that their keys keep or get a TTL.", st->rewritten);
+    m_single(b, "ttlguard_commands_rejected_total", "counter",
+             "Commands refused with a -TTLGUARD error.", st->rejected);
+    m_single(b, "ttlguard_protocol_errors_total", "counter",
+             "Client connections closed for a RESP protocol error.", st->protocol_errors);
+
+    m_family(b, "ttlguard_bytes_total", "counter", "Bytes moved, by direction.");
+    m_sample(b, "ttlguard_bytes_total", "direction=\"client_to_proxy\"", st->bytes_from_clients);
+    m_sample(b, "ttlguard_bytes_total", "direction=\"proxy_to_backend\"", st->bytes_to_backends);
+    m_sample(b, "ttlguard_bytes_total", "direction=\"backend_to_proxy\"", st->bytes_from_backends);
+    m_sample(b, "ttlguard_bytes_total", "direction=\"proxy_to_client\"", st->bytes_to_clients);
+
+    /* Every (effect, action) of every rule that can have violations, zeros
+     * included, so that rate() sees a series from its first increment. */
+    m_family(b, "ttlguard_violations_total", "counter",
+             "Writes that would leave a key without a TTL (or break a TTL bound), by rule, "
+             "effect and action taken. Since the last reload.");
+    for (size_t i = 0; i <= rs->n; i++) {
+        const struct rule *r = i < rs->n ? &rs->v[i] : &rs->dflt;
+        if (r->kind == RULE_DURABLE || r->action == ACTION_ALLOW)
+            continue;
+        for (int e = 0; e < EFF__COUNT; e++) {
+            for (int a = 0; a < EACT__COUNT; a++) {
+                rule_label(&lab, r);
+                evbuf_printf(&lab, ",effect=\"%s\",action=\"%s\"", ev_effect_name(e),
+                             ev_action_name(a));
+                evbuf_add(&lab, "", 1);
+                m_sample(b, "ttlguard_violations_total", lab.p,
+                         events_rule_violations(i, e, a));
+            }
+        }
+    }
+    m_family(b, "ttlguard_durable_writes_total", "counter",
+             "Writes to keys under a durable rule, by rule. Since the last reload.");
+    for (size_t i = 0; i < rs->n; i++) {
+        if (rs->v[i].kind != RULE_DURABLE)
+            continue;
+        rule_label(&lab, &rs->v[i]);
+        evbuf_add(&lab, "", 1);
+        m_sample(b, "ttlguard_durable_writes_total", lab.p, events_rule_durable_writes(i));
+    }
+    m_family(b, "ttlguard_ttl_on_durable_total", "counter",
+             "Writes that put a TTL on a key under a durable rule, by rule. Since the last reload.");
+    for (size_t i = 0; i < rs->n; i++) {
+        if (rs->v[i].kind != RULE_DURABLE)
+            continue;
+        rule_label(&lab, &rs->v[i]);
+        evbuf_add(&lab, "", 1);
+        m_sample(b, "ttlguard_ttl_on_durable_total", lab.p, events_rule_ttl_on_durable(i));
+    }
+    m_single(b, "ttlguard_unverified_total", "counter",
+             "Commands the proxy could not judge (scripts, SWAPDB, MIGRATE, unknown commands).",
+             ec->unverified);
+    m_single(b, "ttlguard_events_written_total", "counter", "Lines written to the event log.",
+             ec->events_written);
+    m_single(b, "ttlguard_events_dropped_total", "counter",
+             "Events lost: buffer full, write failed or too many different events at once.",
+             ec->events_dropped);
+    m_family(b, "ttlguard_config_reloads_total", "counter", "SIGHUP reloads, by result.");
+    m_sample(b, "ttlguard_config_reloads_total", "result=\"ok\"", ec->config_reloads);
+    m_sample(b, "ttlguard_config_reloads_total", "result=\"rejected\"", ec->config_rejected);
+    if (srv->backend_policy_known) {
+        m_family(b, "ttlguard_backend_maxmemory_policy_info", "gauge",
+                 "The backend's maxmemory-policy when last read.");
+        lab.len = 0;
+        evbuf_adds(&lab, "policy=\"");
+        label_value(&lab, srv->backend_policy);
+        evbuf_add(&lab, "\"", 2);       /* with the NUL */
+        m_sample(b, "ttlguard_backend_maxmemory_policy_info", lab.p, 1);
+    }
+
+    m_family(b, "ttlguard_request_duration_seconds", "histogram",
+             "From a request read to its reply complete, for forwarded commands: "
+             "path=pass unchanged, path=rewritten by a TTL rule.");
+    m_histogram(b, "ttlguard_request_duration_seconds", "pass", &lat[STATS_PASS]);
+    m_histogram(b, "ttlguard_request_duration_seconds", "rewritten", &lat[STATS_REWRITTEN]);
+    free(lab.p);
+}
+
+/* ---- /rules ------------------------------------------------------------------ */
+
+static void render_rules(struct evbuf *b)
+{
+    const struct config *cfg = adm.srv->cfg;
+    const struct ruleset *rs = &cfg->rules;
+    evbuf_adds(b, "{\"config\":");
+    if (cfg->path)
+        evbuf_json_str(b, cfg->path, strlen(cfg->path));
+    else
+        evbuf_adds(b, "null");
+    evbuf_adds(b, ",\"default\":{");
+    events_rule_json(b, &rs->dflt);
+    evbuf_adds(b, "},\"rules\":[");
+    for (size_t i = 0; i < rs->n; i++) {
+        evbuf_adds(b, i ? ",{" : "{");
+        events_rule_json(b, &rs->v[i]);
+        evbuf_add(b, "}", 1);
+    }
+    evbuf_adds(b, "]}\n");
+}
+
+/* ---- /healthz ------------------------------------------------------------------ */
+
+static void health_answer(struct admin_conn *c, int head, int keep_alive)
+{
+    char text[800];
+    if (adm.health_ok) {
+        answer_text(c, 200, "ok\n", head, keep_alive, NULL);
+        return;
+    }
+    snprintf(text, sizeof text, "backend %s: %s\n", adm.srv->backend_name, adm.health_reason);
+    answer_text(c, 503, text, head, keep_alive, NULL);
+}
+
+static void on_check_closed(uv_handle_t *h)
+{
+    struct hcheck *hc = h->data;
+    if (hc->reader != NULL)
+        redisReaderFree(hc->reader);
+    free(hc->out.p);
+    free(hc);
+}
+
+/* The check is over: remember, answer everyone waiting, let go of the
+ * connection. */
+static void health_done(struct hcheck *hc, int ok, const char *reason)
+{
+    if (hc != adm.check)
+        return;
+    adm.check = NULL;
+    uv_timer_stop(&adm.check_timer);
+    uv_close(&hc->conn.handle, on_check_closed);
+
+    adm.health_known = 1;
+    adm.health_at = uv_now(adm.srv->loop);
+    adm.health_ok = ok;
+    snprintf(adm.health_reason, sizeof adm.health_reason, "%s", reason);
+
+    struct admin_conn *c = adm.conns, *next;
+    for (; c != NULL; c = next) {
+        next = c->next;         /* c may close while answering */
+        if (!(c->wait & WAIT_HEALTH))
+            continue;
+        c->wait &= ~WAIT_HEALTH;
+        health_answer(c, c->head, c->keep_alive);
+        if (!c->closing)
+            conn_resume(c);
+    }
+}
+
+static void on_check_timeout(uv_timer_t *t)
+{
+    if (adm.check != NULL)
+        health_done(adm.check, 0, "no answer to PING within 1 s");
+}
+
+static void check_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    static char rbuf[4096];
+    *buf = uv_buf_init(rbuf, sizeof rbuf);
+}
+
+/* A reply's text for a message: "-ERR ..." without the dash. */
+static void reply_text(const redisReply *r, char *out, size_t outlen)
+{
+    if (r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STATUS)
+        snprintf(out, outlen, "%.*s", (int)(r->len > 200 ? 200 : r->len), r->str);
+    else
+        snprintf(out, outlen, "a reply of type %d", r->type);
+}
+
+static void on_check_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct hcheck *hc = st->data;
+    char msg[300], text[256];
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        snprintf(msg, sizeof msg, "connection lost before the PING answer: %s",
+                 nread == UV_EOF ? "closed by the server" : uv_strerror((int)nread));
+        health_done(hc, 0, msg);
+        return;
+    }
+    if (redisReaderFeed(hc->reader, buf->base, (size_t)nread) != REDIS_OK) {
+        health_done(hc, 0, "unreadable reply");
+        return;
+    }
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(hc->reader, &reply) != REDIS_OK) {
+            health_done(hc, 0, "protocol error in the reply");
+            return;
+        }
+        if (reply == NULL)
+            return;
+        redisReply *r = reply;
+        reply_text(r, text, sizeof text);
+        int is_ok = r->type == REDIS_REPLY_STATUS;
+        if (hc->auth_pending) {
+            hc->auth_pending = 0;
+            is_ok = is_ok && strcmp(r->str, "OK") == 0;
+            freeReplyObject(r);
+            if (!is_ok) {
+                snprintf(msg, sizeof msg, "AUTH refused: %s", text);
+                health_done(hc, 0, msg);
+                return;
+            }
+            continue;
+        }
+        is_ok = is_ok && strcmp(r->str, "PONG") == 0;
+        freeReplyObject(r);
+        if (is_ok) {
+            health_done(hc, 1, "ok");
+        } else {
+            snprintf(msg, sizeof msg, "PING answered %s", text);
+            health_done(hc, 0, msg);
+        }
+        return;
+    }
+}
+
+static void on_check_written(uv_write_t *req, int status)
+{
+    /* Errors show up as a failed read. */
+}
+
+static void append_command(struct evbuf *b, int argc, const char **argv)
+{
+    evbuf_printf(b, "*%d\r\n", argc);
+    for (int i = 0; i < argc; i++) {
+        evbuf_printf(b, "$%zu\r\n", strlen(argv[i]));
+        evbuf_adds(b, argv[i]);
+        evbuf_add(b, "\r\n", 2);
+    }
+}
+
+static void on_check_connect(uv_connect_t *req, int status)
+{
+    struct hcheck *hc = req->data;
+    char msg[300];
+    if (status < 0) {
+        if (status != UV_ECANCELED) {
+            snprintf(msg, sizeof msg, "cannot connect: %s", uv_strerror(status));
+            health_done(hc, 0, msg);
+        }
+        return;
+    }
+    const struct config *cfg = adm.srv->cfg;
+    if (cfg->backend_password != NULL) {
+        const char *argv[3] = { "AUTH", cfg->backend_username, cfg->backend_password };
+        if (cfg->backend_username != NULL) {
+            append_command(&hc->out, 3, argv);
+        } else {
+            argv[1] = cfg->backend_password;
+            append_command(&hc->out, 2, argv);
+        }
+        hc->auth_pending = 1;
+    }
+    const char *ping[1] = { "PING" };
+    append_command(&hc->out, 1, ping);
+    uv_buf_t buf = uv_buf_init(hc->out.p, (unsigned)hc->out.len);
+    int r = uv_write(&hc->wreq, &hc->conn.stream, &buf, 1, on_check_written);
+    if (r == 0)
+        r = uv_read_start(&hc->conn.stream, check_alloc, on_check_read);
+    if (r < 0) {
+        snprintf(msg, sizeof msg, "cannot send PING: %s", uv_strerror(r));
+        health_done(hc, 0, msg);
+    }
+}
+
+static void health_start(void)
+{
+    const struct addr *a = &adm.srv->backend_addr;
+    struct hcheck *hc = xcalloc(1, sizeof *hc);
+    char msg[300];
+    int r;
+
+    hc->reader = redisReaderCreate();
+    hc->conn.handle.data = hc;
+    hc->creq.data = hc;
+    adm.check = hc;
+    uv_timer_start(&adm.check_timer, on_check_timeout, HEALTH_TIMEOUT_MS, 0);
+    if (a->is_unix) {
+        uv_pipe_init(adm.srv->loop, &hc->conn.pipe, 0);
+        uv_pipe_connect(&hc->creq, &hc->conn.pipe, a->host, on_check_connect);
+        return;
+    }
+    uv_tcp_init(adm.srv->loop, &hc->conn.tcp);
+    struct sockaddr_storage ss;
+    if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss) != 0) {
+        health_done(hc, 0, "backend host is not a numeric address");
+        return;
+    }
+    r = uv_tcp_connect(&hc->creq, &hc->conn.tcp, (struct sockaddr *)&ss, on_check_connect);
+    if (r < 0) {
+        snprintf(msg, sizeof msg, "cannot connect: %s", uv_strerror(r));
+        health_done(hc, 0, msg);
+    }
+}
+
+/* Answer now from a fresh result, or wait for a check (one for all). */
+static int health_request(struct admin_conn *c, int head, int keep_alive)
+{
+    uint64_t now = uv_now(adm.srv->loop);
+    if (adm.health_known && now - adm.health_at < HEALTH_CACHE_MS) {
+        health_answer(c, head, keep_alive);
+        return 0;
+    }
+    c->wait |= WAIT_HEALTH;
+    c->head = head;
+    c->keep_alive = keep_alive;
+    if (adm.check == NULL)
+        health_start();
+    return 1;
+}
+
+/* ---- HTTP ------------------------------------------------------------------------ */
+
+static int count_bytes(http_parser *p, size_t n)
+{
+    struct admin_conn *c = p->data;
+    c->req_bytes += n;
+    if (c->req_bytes > ADMIN_REQ_MAX) {
+        c->too_large = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_message_begin(http_parser *p)
+{
+    struct admin_conn *c = p->data;
+    c->urllen = 0;
+    c->req_bytes = 0;
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t n)
+{
+    struct admin_conn *c = p->data;
+    if (count_bytes(p, n) != 0)
+        return -1;
+    if (c->urllen + n > ADMIN_URL_MAX) {
+        c->too_large = 1;
+        return -1;
+    }
+    memcpy(c->url + c->urllen, at, n);
+    c->urllen += n;
+    return 0;
+}
+
+static int on_data(http_parser *p, const char *at, size_t n)
+{
+    return count_bytes(p, n);
+}
+
+/* Route a complete request. Pausing the parser stops conn_feed() after this
+ * message: for /healthz until the check answers, or when the peer lets too
+ * many answers pile up. */
+static int on_message_complete(http_parser *p)
+{
+    struct admin_conn *c = p->data;
+    int keep_alive = http_should_keep_alive(p);
+    int head = p->method == HTTP_HEAD;
+    c->url[c->urllen] = '\0';
+    size_t plen = strcspn(c->url, "?#");
+    c->url[plen] = '\0';
+
+    if (p->method != HTTP_GET && p->method != HTTP_HEAD) {
+        answer_text(c, 405, "only GET and HEAD\n", 0, keep_alive, "Allow: GET, HEAD");
+    } else if (strcmp(c->url, "/metrics") == 0) {
+        struct evbuf b = { 0 };
+        render_metrics(&b);
+        conn_answer(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, head,
+                    keep_alive, NULL);
+        free(b.p);
+    } else if (strcmp(c->url, "/rules") == 0) {
+        struct evbuf b = { 0 };
+        render_rules(&b);
+        conn_answer(c, 200, "application/json", b.p, b.len, head, keep_alive, NULL);
+        free(b.p);
+    } else if (strcmp(c->url, "/healthz") == 0) {
+        health_request(c, head, keep_alive);
+    } else {
+        answer_text(c, 404, "not found: try /metrics, /healthz or /rules\n", head, keep_alive,
+                    NULL);
+    }
+    if (c->wait || c->close_after || c->closing)
+        http_parser_pause(p, 1);
+    return 0;
+}
+
+static void conn_read_stop(struct admin_conn *c)
+{
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+    }
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    struct admin_conn *c = h->data;
+    free(c->held.p);
+    free(c);
+}
+
+static void conn_close(struct admin_conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        adm.conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    adm.nconns--;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+/* Parse what arrived; what is left when the parser pauses waits in held. */
+static void conn_feed(struct admin_conn *c, const char *p, size_t n)
+{
+    c->feeding = 1;
+    while (n > 0 && !c->closing && !c->wait && !c->close_after) {
+        size_t used = http_parser_execute(&c->parser, &settings, p, n);
+        enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+        if (e == HPE_PAUSED) {
+            http_parser_pause(&c->parser, 0);
+        } else if (e != HPE_OK || c->parser.upgrade || used == 0) {
+            /* Upgrade and CONNECT hand the stream to another protocol: not here. */
+            if (c->too_large)
+                answer_text(c, 431, "request too large (8 KB at most)\n", 0, 0, NULL);
+            else
+                answer_text(c, 400, "bad request\n", 0, 0, NULL);
+            conn_read_stop(c);
+            c->feeding = 0;
+            return;
+        }
+        p += used;
+        n -= used;
+    }
+    c->feeding = 0;
+    if (n > 0 && !c->closing && !c->close_after)
+        evbuf_add(&c->held, p, n);
+    if (c->wait || c->close_after)
+        conn_read_stop(c);
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    /* Parsed (or copied into held) before the next read: one buffer for all. */
+    *buf = uv_buf_init(read_chunk, sizeof read_chunk);
+}
+
+static void on_conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct admin_conn *c = st->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    c->last_active = uv_now(adm.srv->loop);
+    conn_feed(c, buf->base, (size_t)nread);
+}
+
+static void conn_read_start(struct admin_conn *c)
+{
+    if (c->reading || c->closing || c->wait || c->close_after)
+        return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, on_conn_read) == 0)
+        c->reading = 1;
+}
+
+/* The reason to wait is gone: parse what is held, then read again. */
+static void conn_resume(struct admin_conn *c)
+{
+    if (c->wait || c->closing || c->feeding)
+        return;
+    struct evbuf held = c->held;
+    memset(&c->held, 0, sizeof c->held);
+    conn_feed(c, held.p, held.len);
+    free(held.p);
+    conn_read_start(c);
+}
+
+static void on_admin_connection(uv_stream_t *listener, int status)
+{
+    if (status < 0)
+        return;
+    struct admin_conn *c = xcalloc(1, sizeof *c);
+    uv_tcp_init(adm.srv->loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 || adm.nconns >= ADMIN_MAX_CONNS) {
+        /* Over the limit: a scraper retries; a flood gets nothing. */
+        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        return;
+    }
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    c->last_active = uv_now(adm.srv->loop);
+    c->next = adm.conns;
+    if (adm.conns)
+        adm.conns->prev = c;
+    adm.conns = c;
+    adm.nconns++;
+    conn_read_start(c);
+}
+
+static void on_cron(uv_timer_t *t)
+{
+    uint64_t now = uv_now(adm.srv->loop);
+    struct admin_conn *c = adm.conns, *next;
+    for (; c != NULL; c = next) {
+        next = c->next;
+        if (!(c->wait & WAIT_HEALTH) && now - c->last_active > ADMIN_IDLE_MS)
+            conn_close(c);
+    }
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+static int listen_on(const char *text, uv_tcp_t **out, char *err, size_t errlen)
+{
+    struct addr a;
+    struct sockaddr_storage ss;
+    char why[320];
+    if (addr_parse(text, &a, why, sizeof why) != 0) {
+        snprintf(err, errlen, "admin = %s", why);
+        return -1;
+    }
+    if (a.is_unix || (uv_ip4_addr(a.host, a.port, (struct sockaddr_in *)&ss) != 0 &&
+                      uv_ip6_addr(a.host, a.port, (struct sockaddr_in6 *)&ss) != 0)) {
+        snprintf(err, errlen, "admin = %s: expected a numeric IP address and a port", text);
+        return -1;
+    }
+    uv_tcp_t *l = xmalloc(sizeof *l);
+    uv_tcp_init(adm.srv->loop, l);
+    int r = uv_tcp_bind(l, (struct sockaddr *)&ss, 0);
+    if (r == 0)
+        r = uv_listen((uv_stream_t *)l, 64, on_admin_connection);
+    if (r != 0) {
+        snprintf(err, errlen, "admin: cannot listen on %s: %s", text, uv_strerror(r));
+        uv_close((uv_handle_t *)l, on_listener_closed);
+        return -1;
+    }
+    *out = l;
+    return 0;
+}
+
+/* The idle sweep and the check timeout, from the first listener on. */
+static void timers_init(void)
+{
+    if (adm.cron_on)
+        return;
+    uv_timer_init(adm.srv->loop, &adm.cron);
+    uv_timer_start(&adm.cron, on_cron, ADMIN_CRON_MS, ADMIN_CRON_MS);
+    uv_unref((uv_handle_t *)&adm.cron);
+    uv_timer_init(adm.srv->loop, &adm.check_timer);
+    uv_unref((uv_handle_t *)&adm.check_timer);
+    adm.cron_on = 1;
+}
+
+static void stop_listening(void)
+{
+    if (adm.listener == NULL)
+        return;
+    uv_close((uv_handle_t *)adm.listener, on_listener_closed);
+    adm.listener = NULL;
+    free(adm.addr);
+    adm.addr = NULL;
+}
+
+int admin_start(struct server *srv, char *err, size_t errlen)
+{
+    adm.srv = srv;
+    settings.on_message_begin = on_message_begin;
+    settings.on_url = on_url;
+    settings.on_header_field = on_data;
+    settings.on_header_value = on_data;
+    settings.on_body = on_data;
+    settings.on_message_complete = on_message_complete;
+
+    if (srv->cfg->admin == NULL)
+        return 0;
+    if (listen_on(srv->cfg->admin, &adm.listener, err, errlen) != 0)
+        return -1;
+    timers_init();
+    adm.addr = xstrdup(srv->cfg->admin);
+    log_info("admin endpoint on http://%s/ (/metrics, /healthz, /rules)", adm.addr);
+    return 0;
+}
+
+void admin_reconfigure(struct server *srv)
+{
+    const char *want = srv->cfg->admin;
+    char err[400];
+    uv_tcp_t *l;
+
+    adm.srv = srv;
+    if ((want == NULL && adm.addr == NULL) ||
+        (want != NULL && adm.addr != NULL && strcmp(want, adm.addr) == 0))
+        return;
+    if (want == NULL) {
+        log_info("admin endpoint on %s closed (admin is empty now)", adm.addr);
+        stop_listening();
+        return;
+    }
+    /* Bind the new address first: on failure the old one stays. */
+    if (listen_on(want, &l, err, sizeof err) != 0) {
+        log_warn("%s; %s", err, adm.addr ? "the admin endpoint stays where it was" :
+                 "no admin endpoint");
+        return;
+    }
+    stop_listening();
+    timers_init();
+    adm.listener = l;
+    adm.addr = xstrdup(want);
+    log_info("admin endpoint on http://%s/", adm.addr);
+}
+
+void admin_stop(void)
+{
+    stop_listening();
+    while (adm.conns != NULL)
+        conn_close(adm.conns);
+    if (adm.check != NULL)
+        health_done(adm.check, 0, "shutting down");
+    if (adm.cron_on) {
+        uv_close((uv_handle_t *)&adm.cron, NULL);
+        uv_close((uv_handle_t *)&adm.check_timer, NULL);
+        adm.cron_on = 0;
+    }
+}

@@ -1,0 +1,908 @@
+/*
+ * report: read event logs, add the counts up, print a summary.
+ *
+ *   FILE... ──getline──▶ json_object() ──fields──▶ tally_*() ──sort──▶ stdout
+ *
+ * The logs are the proxy's own JSON lines (docs/events.md), so the parser
+ * reads one flat object per line: strings (decoded back to the bytes the
+ * proxy escaped, \udcXX included), numbers, true/false/null and arrays of
+ * strings; nested values are skipped. A line that is not such an object (a
+ * stderr log line when events = stderr, a line cut by a full disk) is
+ * counted and skipped, never fatal.
+ *
+ * Counting: an event line without "count" is one occurrence, a folded line
+ * is "count" occurrences. Keys are tallied by the lines that name them (a
+ * folded line names only its last key), so "top keys" ranks the keys seen
+ * most, not exact per-key counts.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "events.h"
+#include "report.h"
+
+#define FIELDS_MAX  48
+#define ITEMS_MAX   16
+
+enum jtype { J_NONE, J_STR, J_NUM, J_BOOL, J_NULL, J_ARR, J_OTHER };
+
+struct jfield {
+    char name[32];
+    enum jtype type;
+    struct evbuf s;             /* J_STR: decoded bytes; J_ARR: the string items, length-prefixed */
+    long long num;
+    int nitems;
+};
+
+struct jobj {
+    struct jfield f[FIELDS_MAX];
+    int n;
+};
+
+/* ---- JSON --------------------------------------------------------------- */
+
+struct jin {
+    const char *p, *end;
+};
+
+static void skip_ws(struct jin *in)
+{
+    while (in->p < in->end && (*in->p == ' ' || *in->p == '\t' || *in->p == '\r' || *in->p == '\n'))
+        in->p++;
+}
+
+static int hex4(const char *p, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void put_utf8(struct evbuf *b, unsigned cp)
+{
+    char u[4];
+    size_t n;
+    if (cp < 0x80) {
+        u[0] = (char)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        u[0] = (char)(0xc0 | cp >> 6);
+        u[1] = (char)(0x80 | (cp & 0x3f));
+        n = 2;
+    } else if (cp < 0x10000) {
+        u[0] = (char)(0xe0 | cp >> 12);
+        u[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+        u[2] = (char)(0x80 | (cp & 0x3f));
+        n = 3;
+    } else {
+        u[0] = (char)(0xf0 | cp >> 18);
+        u[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+        u[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+        u[3] = (char)(0x80 | (cp & 0x3f));
+        n = 4;
+    }
+    evbuf_add(b, u, n);
+}
+
+/* A string at in->p (on its opening quote), decoded into out (appended). */
+static int json_string(struct jin *in, struct evbuf *out)
+{
+    if (in->p >= in->end || *in->p != '"')
+        return -1;
+    in->p++;
+    while (in->p < in->end) {
+        char c = *in->p++;
+        if (c == '"')
+            return 0;
+        if (c != '\\') {
+            evbuf_add(out, &c, 1);
+            continue;
+        }
+        if (in->p >= in->end)
+            return -1;
+        c = *in->p++;
+        switch (c) {
+        case '"': case '\\': case '/': evbuf_add(out, &c, 1); break;
+        case 'b': evbuf_add(out, "\b", 1); break;
+        case 'f': evbuf_add(out, "\f", 1); break;
+        case 'n': evbuf_add(out, "\n", 1); break;
+        case 'r': evbuf_add(out, "\r", 1); break;
+        case 't': evbuf_add(out, "\t", 1); break;
+        case 'u': {
+            unsigned cp, lo;
+            if (in->end - in->p < 4 || hex4(in->p, &cp) != 0)
+                return -1;
+            in->p += 4;
+            if (cp >= 0xdc80 && cp <= 0xdcff) {
+                char byte = (char)(cp & 0xff);      /* a raw byte (see events.h) */
+                evbuf_add(out, &byte, 1);
+                break;
+            }
+            if (cp >= 0xd800 && cp < 0xdc00 && in->end - in->p >= 6 && in->p[0] == '\\' &&
+                in->p[1] == 'u' && hex4(in->p + 2, &lo) == 0 && lo >= 0xdc00 && lo < 0xe000) {
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                in->p += 6;
+            }
+            put_utf8(out, cp);
+            break;
+        }
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+/* Skip any value (nested ones included). */
+static int json_skip(struct jin *in)
+{
+    int depth = 0;
+    struct evbuf scratch = { 0 };
+    do {
+        skip_ws(in);
+        if (in->p >= in->end)
+            goto fail;
+        char c = *in->p;
+        if (c == '"') {
+            scratch.len = 0;
+            if (json_string(in, &scratch) != 0)
+                goto fail;
+        } else if (c == '{' || c == '[') {
+            depth++;
+            in->p++;
+        } else if (c == '}' || c == ']') {
+            depth--;
+            in->p++;
+        } else if (c == ',' || c == ':') {
+            in->p++;
+        } else {
+            while (in->p < in->end && !strchr(",:]} \t\r\n", *in->p))
+                in->p++;
+        }
+    } while (depth > 0);
+    free(scratch.p);
+    return 0;
+fail:
+    free(scratch.p);
+    return -1;
+}
+
+static int json_value(struct jin *in, struct jfield *f)
+{
+    skip_ws(in);
+    if (in->p >= in->end)
+        return -1;
+    char c = *in->p;
+    if (c == '"') {
+        f->type = J_STR;
+        return json_string(in, &f->s);
+    }
+    if (c == '[') {
+        f->type = J_ARR;
+        in->p++;
+        for (;;) {
+            skip_ws(in);
+            if (in->p < in->end && *in->p == ']') {
+                in->p++;
+                return 0;
+            }
+            if (in->p < in->end && *in->p == '"') {
+                struct evbuf item = { 0 };
+                if (json_string(in, &item) != 0) {
+                    free(item.p);
+                    return -1;
+                }
+                uint32_t len = (uint32_t)item.len;
+                evbuf_add(&f->s, &len, sizeof len);
+                evbuf_add(&f->s, item.p, item.len);
+                f->nitems++;
+                free(item.p);
+            } else if (json_skip(in) != 0) {
+                return -1;
+            }
+            skip_ws(in);
+            if (in->p < in->end && *in->p == ',')
+                in->p++;
+        }
+    }
+    if (c == '{') {
+        f->type = J_OTHER;
+        return json_skip(in);
+    }
+    const char *start = in->p;
+    while (in->p < in->end && !strchr(",}] \t\r\n", *in->p))
+        in->p++;
+    size_t n = (size_t)(in->p - start);
+    if (n == 4 && memcmp(start, "null", 4) == 0) {
+        f->type = J_NULL;
+    } else if ((n == 4 && memcmp(start, "true", 4) == 0) || (n == 5 && memcmp(start, "false", 5) == 0)) {
+        f->type = J_BOOL;
+        f->num = n == 4;
+    } else {
+        char tmp[32], *end;
+        if (n == 0 || n >= sizeof tmp)
+            return -1;
+        memcpy(tmp, start, n);
+        tmp[n] = '\0';
+        double d = strtod(tmp, &end);
+        if (*end != '\0')
+            return -1;
+        f->type = J_NUM;
+        f->num = (long long)d;
+    }
+    return 0;
+}
+
+static void jobj_reset(struct jobj *o)
+{
+    for (int i = 0; i < o->n; i++) {
+        o->f[i].s.len = 0;
+        o->f[i].nitems = 0;
+        o->f[i].type = J_NONE;
+    }
+    o->n = 0;
+}
+
+static void jobj_free(struct jobj *o)
+{
+    for (int i = 0; i < FIELDS_MAX; i++)
+        free(o->f[i].s.p);
+}
+
+/* One line into o. Fields beyond FIELDS_MAX, and names longer than 31
+ * bytes (none of ours), are skipped. */
+static int json_object(const char *line, size_t len, struct jobj *o)
+{
+    struct jin in = { line, line + len };
+    struct evbuf name = { 0 };
+    jobj_reset(o);
+    skip_ws(&in);
+    if (in.p >= in.end || *in.p != '{')
+        return -1;
+    in.p++;
+    for (;;) {
+        skip_ws(&in);
+        if (in.p < in.end && *in.p == '}')
+            break;
+        name.len = 0;
+        if (json_string(&in, &name) != 0)
+            goto fail;
+        skip_ws(&in);
+        if (in.p >= in.end || *in.p != ':')
+            goto fail;
+        in.p++;
+        struct jfield scratch = { .s = { 0 } };
+        struct jfield *f = o->n < FIELDS_MAX && name.len < sizeof f->name ? &o->f[o->n] : &scratch;
+        if (json_value(&in, f) != 0) {
+            free(scratch.s.p);
+            goto fail;
+        }
+        if (f == &scratch) {
+            free(scratch.s.p);
+        } else {
+            memcpy(f->name, name.p, name.len);
+            f->name[name.len] = '\0';
+            o->n++;
+        }
+        skip_ws(&in);
+        if (in.p < in.end && *in.p == ',') {
+            in.p++;
+            continue;
+        }
+        if (in.p < in.end && *in.p == '}')
+            break;
+        goto fail;
+    }
+    free(name.p);
+    return 0;
+fail:
+    free(name.p);
+    return -1;
+}
+
+static const struct jfield *get(const struct jobj *o, const char *name, enum jtype type)
+{
+    for (int i = 0; i < o->n; i++) {
+        if (o->f[i].type == type && strcmp(o->f[i].name, name) == 0)
+            return &o->f[i];
+    }
+    return NULL;
+}
+
+/* A string field as a slice (empty when missing). */
+static struct slice str(const struct jobj *o, const char *name)
+{
+    const struct jfield *f = get(o, name, J_STR);
+    struct slice s = { "", 0 };
+    if (f != NULL && f->s.len > 0) {
+        s.p = f->s.p;
+        s.len = f->s.len;
+    }
+    return s;
+}
+
+/* ---- tallies ----------------------------------------------------------------- */
+
+/* Counts under a composite key of up to four byte strings. */
+#define TALLY_FIELDS 4
+
+struct tally_entry {
+    struct slice part[TALLY_FIELDS];    /* point into mem */
+    char *mem;
+    uint64_t n;
+    uint64_t hash;
+};
+
+struct tally {
+    struct tally_entry **slots;
+    size_t cap, n;
+};
+
+static uint64_t fnv(const char *p, size_t len, uint64_t h)
+{
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static int entry_is(const struct tally_entry *e, const struct slice *parts, uint64_t h)
+{
+    if (e->hash != h)
+        return 0;
+    for (int i = 0; i < TALLY_FIELDS; i++) {
+        if (e->part[i].len != parts[i].len || memcmp(e->part[i].p, parts[i].p, parts[i].len) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void tally_add(struct tally *t, struct slice a, struct slice b, struct slice c,
+                      struct slice d, uint64_t n)
+{
+    struct slice parts[TALLY_FIELDS] = { a, b, c, d };
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < TALLY_FIELDS; i++) {
+        h = fnv(parts[i].p, parts[i].len, h);
+        h = fnv("\0", 1, h ^ parts[i].len);
+    }
+    if (t->cap > 0) {
+        for (size_t i = h & (t->cap - 1); t->slots[i] != NULL; i = (i + 1) & (t->cap - 1)) {
+            if (entry_is(t->slots[i], parts, h)) {
+                t->slots[i]->n += n;
+                return;
+            }
+        }
+    }
+    if (t->n * 2 >= t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        struct tally_entry **slots = xcalloc(cap, sizeof *slots);
+        for (size_t i = 0; i < t->cap; i++) {
+            struct tally_entry *e = t->slots[i];
+            if (e == NULL)
+                continue;
+            size_t j = e->hash & (cap - 1);
+            while (slots[j] != NULL)
+                j = (j + 1) & (cap - 1);
+            slots[j] = e;
+        }
+        free(t->slots);
+        t->slots = slots;
+        t->cap = cap;
+    }
+    struct tally_entry *e = xcalloc(1, sizeof *e);
+    size_t total = 0;
+    for (int i = 0; i < TALLY_FIELDS; i++)
+        total += parts[i].len;
+    e->mem = xmalloc(total + 1);
+    char *m = e->mem;
+    for (int i = 0; i < TALLY_FIELDS; i++) {
+        memcpy(m, parts[i].p, parts[i].len);
+        e->part[i].p = m;
+        e->part[i].len = parts[i].len;
+        m += parts[i].len;
+    }
+    e->n = n;
+    e->hash = h;
+    size_t i = h & (t->cap - 1);
+    while (t->slots[i] != NULL)
+        i = (i + 1) & (t->cap - 1);
+    t->slots[i] = e;
+    t->n++;
+}
+
+static int slice_cmp(struct slice a, struct slice b)
+{
+    int c = memcmp(a.p, b.p, a.len < b.len ? a.len : b.len);
+    return c ? c : (a.len > b.len) - (a.len < b.len);
+}
+
+/* Biggest count first; ties in byte order of the parts. */
+static int entry_cmp(const void *x, const void *y)
+{
+    const struct tally_entry *a = *(const struct tally_entry *const *)x;
+    const struct tally_entry *b = *(const struct tally_entry *const *)y;
+    if (a->n != b->n)
+        return a->n > b->n ? -1 : 1;
+    for (int i = 0; i < TALLY_FIELDS; i++) {
+        int c = slice_cmp(a->part[i], b->part[i]);
+        if (c)
+            return c;
+    }
+    return 0;
+}
+
+/* The entries sorted; the array (not the entries) is the caller's to free. */
+static struct tally_entry **tally_sorted(const struct tally *t)
+{
+    struct tally_entry **v = xmalloc((t->n ? t->n : 1) * sizeof *v);
+    size_t k = 0;
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->slots[i] != NULL)
+            v[k++] = t->slots[i];
+    }
+    qsort(v, k, sizeof *v, entry_cmp);
+    return v;
+}
+
+static void tally_free(struct tally *t)
+{
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->slots[i] != NULL) {
+            free(t->slots[i]->mem);
+            free(t->slots[i]);
+        }
+    }
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- the summary ---------------------------------------------------------------- */
+
+/* A registered rule, as last registered. */
+struct reg {
+    struct evbuf prefix, label, kind, owner, reason, rebuild, action, refresh;
+    long long ttl, max_ttl;
+};
+
+struct report {
+    uint64_t lines, events, skipped;
+    char first_ts[32], last_ts[32];
+    struct reg *regs;
+    size_t nregs;
+    struct tally violations;    /* rule, command, effect, action */
+    struct tally by_rule;       /* rule */
+    struct tally durable;       /* event, rule, command */
+    struct tally keys;          /* key or "#hash_id:hash", rule */
+    struct tally unverified;    /* command, detail */
+    struct tally rejected;      /* config, reason */
+    struct tally policy;        /* level, message */
+    uint64_t total_violations, reloads, starts;
+    char hash_id[32];           /* of the log_opened seen last in the current file */
+};
+
+static void set_buf(struct evbuf *b, struct slice s)
+{
+    b->len = 0;
+    evbuf_add(b, s.p, s.len);
+}
+
+static void registration(struct report *r, const struct jobj *o)
+{
+    struct slice prefix = str(o, "prefix"), kind = str(o, "kind");
+    struct reg *g = NULL;
+    for (size_t i = 0; i < r->nregs; i++) {
+        struct reg *x = &r->regs[i];
+        if (slice_cmp((struct slice){ x->prefix.p ? x->prefix.p : "", x->prefix.len }, prefix) == 0 &&
+            slice_cmp((struct slice){ x->kind.p ? x->kind.p : "", x->kind.len }, kind) == 0) {
+            g = x;
+            break;
+        }
+    }
+    if (g == NULL) {
+        r->regs = xrealloc(r->regs, (r->nregs + 1) * sizeof *r->regs);
+        g = &r->regs[r->nregs++];
+        memset(g, 0, sizeof *g);
+    }
+    set_buf(&g->prefix, prefix);
+    set_buf(&g->kind, kind);
+    set_buf(&g->label, str(o, "rule"));
+    set_buf(&g->owner, str(o, "owner"));
+    set_buf(&g->reason, str(o, "reason"));
+    set_buf(&g->rebuild, str(o, "rebuild"));
+    set_buf(&g->action, str(o, "action"));
+    set_buf(&g->refresh, str(o, "refresh"));
+    const struct jfield *f = get(o, "ttl", J_NUM);
+    g->ttl = f ? f->num : 0;
+    f = get(o, "max_ttl", J_NUM);
+    g->max_ttl = f ? f->num : 0;
+}
+
+static struct slice lit(const char *s)
+{
+    return (struct slice){ s, strlen(s) };
+}
+
+static const struct slice none = { "", 0 };
+
+/* Count the keys an event names. */
+static void count_keys(struct report *r, const struct jobj *o, struct slice rule)
+{
+    const struct jfield *f;
+    char id[64];
+    if ((f = get(o, "key", J_STR)) != NULL) {
+        tally_add(&r->keys, (struct slice){ f->s.p ? f->s.p : "", f->s.len }, lit("key"), rule,
+                  none, 1);
+    } else if ((f = get(o, "key_hash", J_STR)) != NULL) {
+        snprintf(id, sizeof id, "%.*s (hash_id %s)", (int)f->s.len, f->s.p, r->hash_id[0] ? r->hash_id : "?");
+        tally_add(&r->keys, lit(id), lit("hash"), rule, none, 1);
+    }
+}
+
+static void event(struct report *r, const struct jobj *o)
+{
+    struct slice ev = str(o, "event");
+    const struct jfield *cf = get(o, "count", J_NUM);
+    uint64_t n = cf && cf->num > 0 ? (uint64_t)cf->num : 1;
+    struct slice ts = str(o, "ts");
+
+    r->events++;
+    if (ts.len > 0 && ts.len < sizeof r->first_ts) {
+        if (r->first_ts[0] == '\0' || memcmp(ts.p, r->first_ts, ts.len) < 0) {
+            memcpy(r->first_ts, ts.p, ts.len);
+            r->first_ts[ts.len] = '\0';
+        }
+        if (memcmp(ts.p, r->last_ts, ts.len) > 0) {
+            memcpy(r->last_ts, ts.p, ts.len);
+            r->last_ts[ts.len] = '\0';
+        }
+    }
+
+    if (slice_eq_nocase(ev, "registration")) {
+        registration(r, o);
+    } else if (slice_eq_nocase(ev, "violation")) {
+        struct slice rule = str(o, "rule");
+        tally_add(&r->violations, rule, str(o, "command"), str(o, "effect"), str(o, "action"), n);
+        tally_add(&r->by_rule, rule, none, none, none, n);
+        r->total_violations += n;
+        count_keys(r, o, rule);
+    } else if (slice_eq_nocase(ev, "durable_write") || slice_eq_nocase(ev, "ttl_on_durable")) {
+        tally_add(&r->durable, ev, str(o, "rule"), str(o, "command"), none, n);
+    } else if (slice_eq_nocase(ev, "unverified")) {
+        tally_add(&r->unverified, str(o, "command"), str(o, "detail"), none, none, n);
+    } else if (slice_eq_nocase(ev, "config_reloaded")) {
+        r->reloads++;
+    } else if (slice_eq_nocase(ev, "config_rejected")) {
+        tally_add(&r->rejected, str(o, "config"), str(o, "reason"), none, none, 1);
+    } else if (slice_eq_nocase(ev, "backend_policy")) {
+        struct slice level = str(o, "level");
+        if (!slice_eq_nocase(level, "ok"))
+            tally_add(&r->policy, level, str(o, "message"), none, none, 1);
+    } else if (slice_eq_nocase(ev, "log_opened")) {
+        struct slice h = str(o, "hash_id");
+        snprintf(r->hash_id, sizeof r->hash_id, "%.*s", (int)(h.len < 31 ? h.len : 31), h.p);
+        r->starts++;
+    }
+}
+
+/* Bytes for a terminal: valid UTF-8 as is, \xHH for the rest and for
+ * control bytes, \\ for a backslash. */
+static void show(struct slice s)
+{
+    const unsigned char *p = (const unsigned char *)s.p;
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned c = p[i];
+        if (c == '\\') {
+            fputs("\\\\", stdout);
+        } else if (c >= 0x20 && c < 0x7f) {
+            putchar((int)c);
+        } else if (c >= 0x80) {
+            size_t n = events_utf8_len(p + i, s.len - i);
+            if (n > 0) {
+                fwrite(p + i, 1, n, stdout);
+                i += n - 1;
+            } else {
+                printf("\\x%02x", c);
+            }
+        } else {
+            printf("\\x%02x", c);
+        }
+    }
+}
+
+static void show_str(const struct evbuf *b)
+{
+    show((struct slice){ b->p ? b->p : "", b->len });
+}
+
+static void print_report(struct report *r, int nfiles, size_t top)
+{
+    struct tally_entry **v;
+    size_t k;
+
+    printf("ttlguard report: %d file%s, %llu events", nfiles, nfiles == 1 ? "" : "s",
+           (unsigned long long)r->events);
+    if (r->first_ts[0])
+        printf(" from %s to %s", r->first_ts, r->last_ts);
+    printf("\n");
+    if (r->skipped)
+        printf("(%llu lines skipped: not event log lines)\n", (unsigned long long)r->skipped);
+
+    printf("\nDurable prefixes (accepted data without a TTL)\n");
+    k = 0;
+    for (size_t i = 0; i < r->nregs; i++) {
+        const struct reg *g = &r->regs[i];
+        if (g->kind.len != 7 || memcmp(g->kind.p, "durable", 7) != 0)
+            continue;
+        k++;
+        printf("  \"");
+        show_str(&g->prefix);
+        printf("\"  owner: ");
+        show_str(&g->owner);
+        printf("\n      reason: ");
+        show_str(&g->reason);
+        printf("\n      rebuild: ");
+        show_str(&g->rebuild);
+        printf("\n");
+    }
+    if (k == 0)
+        printf("  (none registered)\n");
+
+    printf("\nTTL rules\n");
+    k = 0;
+    for (size_t i = 0; i < r->nregs; i++) {
+        const struct reg *g = &r->regs[i];
+        if (g->kind.len == 7 && memcmp(g->kind.p, "durable", 7) == 0)
+            continue;
+        k++;
+        printf("  ");
+        show_str(&g->label);
+        printf(": action ");
+        show_str(&g->action);
+        if (g->ttl)
+            printf(", ttl %lld s", g->ttl);
+        if (g->max_ttl)
+            printf(", max_ttl %lld s", g->max_ttl);
+        printf(", refresh ");
+        show_str(&g->refresh);
+        printf("\n");
+    }
+    if (k == 0)
+        printf("  (none registered)\n");
+
+    printf("\nViolations: %llu\n", (unsigned long long)r->total_violations);
+    v = tally_sorted(&r->by_rule);
+    for (size_t i = 0; i < r->by_rule.n; i++) {
+        printf("  %10llu  ", (unsigned long long)v[i]->n);
+        show(v[i]->part[0]);
+        printf("\n");
+    }
+    free(v);
+    if (r->violations.n > 0) {
+        printf("\n  %10s  %-28s %-16s %-20s %s\n", "count", "rule", "command", "effect", "action");
+        v = tally_sorted(&r->violations);
+        for (size_t i = 0; i < r->violations.n; i++) {
+            printf("  %10llu  ", (unsigned long long)v[i]->n);
+            show(v[i]->part[0]);
+            printf("%*s", v[i]->part[0].len < 28 ? (int)(29 - v[i]->part[0].len) : 1, "");
+            show(v[i]->part[1]);
+            printf("%*s", v[i]->part[1].len < 16 ? (int)(17 - v[i]->part[1].len) : 1, "");
+            printf("%-20.*s %.*s\n", (int)v[i]->part[2].len, v[i]->part[2].p,
+                   (int)v[i]->part[3].len, v[i]->part[3].p);
+        }
+        free(v);
+    }
+
+    printf("\nTop keys (by event lines naming them)\n");
+    if (r->keys.n == 0)
+        printf("  (none: no violations, or log_keys = prefix)\n");
+    v = tally_sorted(&r->keys);
+    for (size_t i = 0; i < r->keys.n && i < top; i++) {
+        printf("  %10llu  ", (unsigned long long)v[i]->n);
+        if (v[i]->part[1].len == 3) {      /* "key" */
+            putchar('"');
+            show(v[i]->part[0]);
+            putchar('"');
+        } else {
+            printf("hash ");
+            show(v[i]->part[0]);
+        }
+        printf("  (");
+        show(v[i]->part[2]);
+        printf(")\n");
+    }
+    free(v);
+
+    printf("\nWrites to durable keys\n");
+    if (r->durable.n == 0)
+        printf("  (none)\n");
+    v = tally_sorted(&r->durable);
+    for (size_t i = 0; i < r->durable.n; i++) {
+        printf("  %10llu  ", (unsigned long long)v[i]->n);
+        show(v[i]->part[1]);
+        printf("  ");
+        show(v[i]->part[2]);
+        if (v[i]->part[0].len == 14)       /* "ttl_on_durable" */
+            printf("  put a TTL on a durable key: evictable under volatile-* policies");
+        printf("\n");
+    }
+    free(v);
+
+    printf("\nUnverified commands (passed, not judged)\n");
+    if (r->unverified.n == 0)
+        printf("  (none)\n");
+    v = tally_sorted(&r->unverified);
+    for (size_t i = 0; i < r->unverified.n; i++) {
+        printf("  %10llu  ", (unsigned long long)v[i]->n);
+        show(v[i]->part[0]);
+        if (v[i]->part[1].len) {
+            printf("  ");
+            show(v[i]->part[1]);
+        }
+        printf("\n");
+    }
+    free(v);
+
+    printf("\nConfig: %llu start%s or reopen%s, %llu reload%s, %zu distinct rejected\n",
+           (unsigned long long)r->starts, r->starts == 1 ? "" : "s", r->starts == 1 ? "" : "s",
+           (unsigned long long)r->reloads, r->reloads == 1 ? "" : "s", r->rejected.n);
+    v = tally_sorted(&r->rejected);
+    for (size_t i = 0; i < r->rejected.n; i++) {
+        printf("  %10llu  rejected: ", (unsigned long long)v[i]->n);
+        show(v[i]->part[1]);
+        printf("\n");
+    }
+    free(v);
+
+    if (r->policy.n > 0) {
+        printf("\nBackend eviction policy\n");
+        v = tally_sorted(&r->policy);
+        for (size_t i = 0; i < r->policy.n; i++) {
+            printf("  ");
+            show(v[i]->part[0]);
+            printf(": ");
+            show(v[i]->part[1]);
+            printf("\n");
+        }
+        free(v);
+    }
+}
+
+static void report_free(struct report *r)
+{
+    for (size_t i = 0; i < r->nregs; i++) {
+        struct reg *g = &r->regs[i];
+        free(g->prefix.p);
+        free(g->label.p);
+        free(g->kind.p);
+        free(g->owner.p);
+        free(g->reason.p);
+        free(g->rebuild.p);
+        free(g->action.p);
+        free(g->refresh.p);
+    }
+    free(r->regs);
+    tally_free(&r->violations);
+    tally_free(&r->by_rule);
+    tally_free(&r->durable);
+    tally_free(&r->keys);
+    tally_free(&r->unverified);
+    tally_free(&r->rejected);
+    tally_free(&r->policy);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+"Usage: ttlguard report [--top N] FILE...\n"
+"\n"
+"Summarise ttlguard event logs (events = PATH): durable prefixes and their\n"
+"owners, violations by rule, command, effect and action, the keys seen most,\n"
+"writes to durable keys, unverified commands, reloads. '-' reads stdin.\n"
+"\n"
+"  -n, --top N    how many keys to list (default 10)\n"
+"  -h, --help     show this help\n"
+"\n"
+"Exit status: 0, or 2 when a file cannot be read (nothing is printed then).\n");
+}
+
+int report_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "top",  required_argument, NULL, 'n' },
+        { "help", no_argument,       NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    size_t top = 10;
+    int c;
+    char *end;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            top = (size_t)strtoul(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0') {
+                fprintf(stderr, "ttlguard report: --top '%s': expected a number\n", optarg);
+                return REPORT_EXIT_ERROR;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return REPORT_EXIT_OK;
+        default:
+            usage(stderr);
+            return REPORT_EXIT_ERROR;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return REPORT_EXIT_ERROR;
+    }
+
+    /* Open everything first: a file that cannot be read fails the report
+     * before anything is printed, rather than a summary that looks whole. */
+    int nfiles = argc - optind;
+    FILE **files = xcalloc((size_t)nfiles, sizeof *files);
+    int rc = REPORT_EXIT_OK;
+    for (int i = 0; i < nfiles; i++) {
+        const char *path = argv[optind + i];
+        files[i] = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+        if (files[i] == NULL) {
+            fprintf(stderr, "ttlguard report: %s: %s\n", path, strerror(errno));
+            rc = REPORT_EXIT_ERROR;
+        }
+    }
+
+    struct report r = { 0 };
+    struct jobj *o = xcalloc(1, sizeof *o);
+    char *line = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < nfiles && rc == REPORT_EXIT_OK; i++) {
+        ssize_t n;
+        r.hash_id[0] = '\0';
+        errno = 0;
+        while ((n = getline(&line, &cap, files[i])) > 0) {
+            r.lines++;
+            if (json_object(line, (size_t)n, o) != 0 || get(o, "event", J_STR) == NULL) {
+                r.skipped++;
+                continue;
+            }
+            event(&r, o);
+        }
+        if (ferror(files[i])) {
+            fprintf(stderr, "ttlguard report: %s: %s\n", argv[optind + i],
+                    strerror(errno ? errno : EIO));
+            rc = REPORT_EXIT_ERROR;
+        }
+    }
+    if (rc == REPORT_EXIT_OK)
+        print_report(&r, nfiles, top);
+
+    for (int i = 0; i < nfiles; i++) {
+        if (files[i] != NULL && files[i] != stdin)
+            fclose(files[i]);
+    }
+    free(files);
+    free(line);
+    jobj_free(o);
+    free(o);
+    report_free(&r);
+    return rc;
+}
