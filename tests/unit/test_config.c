@@ -86,6 +86,7 @@ Test(config, example_file_loads)
     cr_assert_null(cfg.events);
     cr_assert_null(cfg.admin);
     cr_assert_eq(cfg.event_window, 10);
+    cr_assert_eq(cfg.multiplex, 0);
 
     cr_assert_eq(cfg.rules.dflt.action, ACTION_ALLOW);
     cr_assert_eq(cfg.rules.n, 2);
@@ -161,7 +162,8 @@ Test(config, every_proxy_key)
             "events = /var/log/ttlguard/events.jsonl\n"
             "admin = 127.0.0.1:9121\n"
             "log_keys = hash\n"
-            "event_window = 1\n", &cfg);
+            "event_window = 1\n"
+            "multiplex = on\n", &cfg);
     cr_assert_str_eq(cfg.listen, "unix:/tmp/ttlg.sock");
     cr_assert_str_eq(cfg.backend, "[::1]:7000");
     cr_assert_str_eq(cfg.backend_username, "app");
@@ -174,6 +176,7 @@ Test(config, every_proxy_key)
     cr_assert_str_eq(cfg.admin, "127.0.0.1:9121");
     cr_assert_eq(cfg.log_keys, LOG_KEYS_HASH);
     cr_assert_eq(cfg.event_window, 1);
+    cr_assert_eq(cfg.multiplex, 1);
     config_free(&cfg);
 
     load_ok("[proxy]\nlog_keys = prefix\nevents = stderr\nbackend_password = p\n"
@@ -387,7 +390,8 @@ Test(config, key_errors)
     load_err("[proxy]\nlisen = x\n", 2, "unknown key 'lisen' in [proxy] (expected one of: "
              "listen, backend, backend_username, backend_password, max_clients, "
              "client_idle_timeout, max_buffer, connect_timeout, events, admin, log_keys, "
-             "event_window)");
+             "event_window, multiplex)");
+    load_err("[proxy]\nmultiplex = yes\n", 2, "multiplex = 'yes': expected on or off");
     load_err("[proxy]\nListen = x\n", 2, "unknown key 'Listen'");
     load_err("[ttl \"a:\"]\nowner = x\n", 2,
              "unknown key 'owner' in [ttl \"a:\"] (expected one of: action, ttl, max_ttl, refresh)");
