@@ -417,7 +417,7 @@ def recorded_events(proxy, events_path):
 
 def _match(ev, want):
     """want: event (default "violation"), command (any case), key (the
-    event's key, or one of the keys in its detail), detail_has (a substring
+    event's key, or one of its "keys"), detail_has (a substring
     of its detail), and any other field to compare exactly (effect, action,
     rule, ...)."""
     command, key = want.get("command"), want.get("key")
@@ -432,8 +432,7 @@ def _match(ev, want):
         return False
     if command is not None and str(ev.get("command", "")).lower() != command.lower():
         return False
-    if key is not None and ev.get("key") != key and \
-            key not in re.split(r"[=,\s]", str(ev.get("detail", ""))):
+    if key is not None and ev.get("key") != key and key not in ev.get("keys", []):
         return False
     if want.get("detail_has") and want["detail_has"] not in str(ev.get("detail", "")):
         return False
