@@ -34,21 +34,22 @@ usage() {
     cat <<EOF
 usage: bench/run.sh [--mode pass|rewrite|all] [--quick] [options]
 
-  --mode M          pass: direct vs ttlguard vs nutcracker; rewrite: rewritten
+  --mode M          pass: direct vs ttlguard (1:1 and multiplex = on) vs
+                    nutcracker; rewrite: rewritten
                     vs pass-through ttlguard; all (default): both tables
   --quick           short plumbing check (a minute or two): --seconds 0.2
   --rounds N        rounds per case, the table shows the median (default 3)
   --seconds S       target length of one measurement, calibrated against the
                     table's first target (default 2)
   --targets LIST    pass mode targets, comma separated subset of
-                    direct,ttlguard,nutcracker (default: all three)
+                    direct,ttlguard,ttlguard_mux,nutcracker (default: all four)
   --pin | --no-pin  pin redis-server to CPU 0, proxies to CPU 1 and
                     redis-benchmark to the other CPUs; default: pin only when
                     there are 4 CPUs or more (with 2, the benchmark client and
                     a proxy would have to share a CPU the other side lacks)
   --ttlg-option KV  add "KV" (e.g. 'events = /tmp/ev.log') to the [proxy]
                     section of every ttlguard config; repeatable. An admin
-                    address only with --mode pass (rewrite runs 3 ttlguards)
+                    address only with --mode pass and one ttlguard target
   --raw FILE        also write every measurement as CSV to FILE
   -h, --help        this text
 
@@ -65,7 +66,7 @@ EOF
 MODE=all
 ROUNDS=3
 SECONDS_PER=2
-PASS_TARGETS=direct,ttlguard,nutcracker
+PASS_TARGETS=direct,ttlguard,ttlguard_mux,nutcracker
 PIN=auto
 RAW=
 TTLG_OPTIONS=()
@@ -98,13 +99,13 @@ case $MODE in pass | rewrite | all) ;; *) die "--mode must be pass, rewrite or a
 
 IFS=, read -r -a PASS_LIST <<<"$PASS_TARGETS"
 for t in "${PASS_LIST[@]}"; do
-    case $t in direct | ttlguard | nutcracker) ;; *) die "unknown target '$t'" ;; esac
+    case $t in direct | ttlguard | ttlguard_mux | nutcracker) ;; *) die "unknown target '$t'" ;; esac
 done
 
 want_pass() { [[ $MODE == pass || $MODE == all ]]; }
 want_rewrite() { [[ $MODE == rewrite || $MODE == all ]]; }
 in_pass() { [[ ",$PASS_TARGETS," == *",$1,"* ]]; }
-need_ttlguard() { want_rewrite || in_pass ttlguard; }
+need_ttlguard() { want_rewrite || in_pass ttlguard || in_pass ttlguard_mux; }
 
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
@@ -293,6 +294,8 @@ declare -A PORT
 if want_pass; then
     in_pass direct && PORT[direct]=$REDIS_PORT
     if in_pass ttlguard; then start_ttlguard ttlguard ""; fi
+    # The same binary with the shared backend connection ([proxy] multiplex).
+    if in_pass ttlguard_mux; then start_ttlguard ttlguard_mux $'multiplex = on\n'; fi
     if in_pass nutcracker; then
         free_port NC_PORT
         free_port NC_STATS
@@ -512,17 +515,22 @@ if want_pass; then
     run_table pass "get set incr lpush mset" "1 16" "${PASS_LIST[*]}"
     echo "## Pass-through"
     echo
-    echo "| test | pipeline | rps direct | rps ttlguard | rps nutcracker | ttlguard/direct | ttlguard/nutcracker |"
-    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "ttlguard: one backend connection per client (default); ttlguard mux: \`multiplex = on\`."
+    echo
+    echo "| test | pipeline | rps direct | rps ttlguard | rps ttlguard mux | rps nutcracker | ttlguard/direct | ttlguard/nutcracker | mux/direct | mux/nutcracker |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for t in get set incr lpush mset; do
         for p in 1 16; do
             d=$(med pass $t $p direct)
             g=$(med pass $t $p ttlguard)
+            m=$(med pass $t $p ttlguard_mux)
             c=$(med pass $t $p nutcracker)
             gc=$(ratio "$g" "$c")
-            echo "| $(label $t) | $p | $(fmt_rps "$d") | $(fmt_rps "$g") | $(fmt_rps "$c") |" \
-                "$(ratio "$g" "$d") | $gc |"
+            mc=$(ratio "$m" "$c")
+            echo "| $(label $t) | $p | $(fmt_rps "$d") | $(fmt_rps "$g") | $(fmt_rps "$m") | $(fmt_rps "$c") |" \
+                "$(ratio "$g" "$d") | $gc | $(ratio "$m" "$d") | $mc |"
             below "$gc" 1.00 && MISSES+=("pass-through $(label $t) -P $p: ttlguard/nutcracker $gc < 1.00")
+            below "$mc" 1.00 && MISSES+=("pass-through $(label $t) -P $p: ttlguard mux/nutcracker $mc < 1.00")
         done
     done
     echo
