@@ -1748,10 +1748,11 @@ static void mux_session_settle(struct session *s)
     if (s->closing)
         return;
     emit_locals(s);
-    if (toc_owner == s)
-        flush_client();     /* before maybe_finish() can shut the client down */
-    if (s->closing)
-        return;
+    if (toc_owner == s && (s->close_after_flush || (s->pin_wait && s->qlen == 0))) {
+        flush_client();     /* before the client is shut down or moves */
+        if (s->closing)
+            return;
+    }
     if (s->pin_wait && s->qlen == 0) {
         /* Owed nothing on the shared connection any more: go 1:1. */
         flush_all(s);
