@@ -1500,24 +1500,29 @@ static void send_policy_probe(struct session *s)
     flush_all(s);
 }
 
+/* The proxy's own AUTH (backend_username, backend_password) as a request;
+ * *len bytes, the caller frees the buffer. */
+static char *auth_request(const struct config *cfg, size_t *len)
+{
+    const char *user = cfg->backend_username, *pass = cfg->backend_password;
+    size_t cap = 64 + (user ? strlen(user) : 0) + strlen(pass);
+    char *b = xmalloc(cap);
+    int n;
+    if (user != NULL)
+        n = snprintf(b, cap, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n",
+                     strlen(user), user, strlen(pass), pass);
+    else
+        n = snprintf(b, cap, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n", strlen(pass), pass);
+    *len = (size_t)n;
+    return b;
+}
+
 static void send_backend_auth(struct session *s)
 {
-    const struct config *cfg = s->srv->cfg;
-    const char *args[3];
-    int argc = 0;
-    args[argc++] = "AUTH";
-    if (cfg->backend_username != NULL)
-        args[argc++] = cfg->backend_username;
-    args[argc++] = cfg->backend_password;
-
-    char hdr[64];
-    batch_add_copy(&tob, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", argc));
-    for (int i = 0; i < argc; i++) {
-        size_t n = strlen(args[i]);
-        batch_add_copy(&tob, hdr, (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", n));
-        batch_add_copy(&tob, args[i], n);
-        batch_add_copy(&tob, "\r\n", 2);
-    }
+    size_t len;
+    char *auth = auth_request(s->srv->cfg, &len);
+    batch_add_copy(&tob, auth, len);
+    free(auth);
     struct pending *p = q_push(s);
     p->kind = PK_INTERNAL;
     p->what = PW_AUTH;
@@ -1863,20 +1868,11 @@ static struct mux *mux_get(struct server *srv)
         mux_fail(m, uv_strerror(r));
         return NULL;
     }
-    const struct config *cfg = srv->cfg;
-    if (cfg->backend_password != NULL) {
-        char hdr[64];
-        const char *args[3] = { "AUTH", cfg->backend_username, cfg->backend_password };
-        int argc = cfg->backend_username ? 3 : 2;
-        if (argc == 2)
-            args[1] = cfg->backend_password;
-        mux_out(m, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", argc));
-        for (int i = 0; i < argc; i++) {
-            size_t n = strlen(args[i]);
-            mux_out(m, hdr, (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", n));
-            mux_out(m, args[i], n);
-            mux_out(m, "\r\n", 2);
-        }
+    if (srv->cfg->backend_password != NULL) {
+        size_t len;
+        char *auth = auth_request(srv->cfg, &len);
+        mux_out(m, auth, len);
+        free(auth);
         mux_fifo_push(m, (struct session *)&mux_self, 1);
     }
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
