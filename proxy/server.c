@@ -298,9 +298,13 @@ static void reload(struct server *srv)
             log_info("SIGHUP: now listening on %s (was %s)", a, b);
         }
     }
-    srv->backend_addr = backend_addr;
-    addr_format(&srv->backend_addr, srv->backend_name, sizeof srv->backend_name);
-    resolve_backend(srv);
+    addr_format(&backend_addr, a, sizeof a);
+    if (strcmp(a, srv->backend_name) != 0) {
+        srv->backend_addr = backend_addr;
+        snprintf(srv->backend_name, sizeof srv->backend_name, "%s", a);
+        resolve_backend(srv);
+        session_backend_changed();
+    }
 
     struct config *old = srv->cfg;
     srv->cfg = cfg;

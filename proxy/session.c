@@ -202,6 +202,8 @@ static struct session *toc_owner;
 
 #define MUX_MAX_INFLIGHT 256    /* a session pipelining deeper gets its own connection */
 
+static struct mux *mux_current;     /* one loop, one shared connection */
+static int mux_paused(void);
 static void mux_append(struct session *s);
 static void mux_forget(struct session *s);
 static void mux_session_settle(struct session *s);
@@ -465,6 +467,13 @@ static void q_drop_backend_entries(struct session *s)
     }
 }
 
+/* Replies Redis will send on the shared connection for what s just queued. */
+static void owe(struct session *s, int n)
+{
+    if (s->bstate == B_SHARED)
+        s->mux_owed += n;
+}
+
 /* Too many requests in flight count against max_buffer like queued bytes:
  * a client that pipelines without reading cannot grow the queue forever. */
 static int q_over_limit(struct session *s)
@@ -492,7 +501,8 @@ static void client_maybe_resume(struct session *s)
         if (uv_stream_get_write_queue_size(&s->backend.stream) > s->srv->cfg->max_buffer / 2)
             return;
     } else if (s->bstate == B_SHARED) {
-        if (uv_stream_get_write_queue_size(&s->client.stream) > s->srv->cfg->max_buffer / 2)
+        if (uv_stream_get_write_queue_size(&s->client.stream) > s->srv->cfg->max_buffer / 2 ||
+            mux_paused())
             return;
     } else if (s->bstate != B_DOWN) {
         return;
@@ -881,7 +891,7 @@ static void send_internal(struct session *s, const char *p, size_t len, int coun
     struct pending *e = q_push(s);
     e->kind = PK_INTERNAL;
     e->remaining = count;
-    s->mux_owed += count;
+    owe(s, count);
 }
 
 /* Returns 1 when req must wait for a dedicated backend connection (the
@@ -902,8 +912,17 @@ static int handle_request(struct session *s, const struct request *req)
         return 0;
     }
 
+    /* Inside MULTI, Redis only queues a command: +QUEUED or an error, and
+     * none of its effects on the connection until EXEC. */
+    int mt = multi_cmd(req);
+    int queued = s->in_multi && mt == MT_NONE;
+    if (!queued && req->argc == 1 && slice_eq_nocase(req->argv[0], "reset")) {
+        s->reply_off = 0;       /* RESET turns replies back on and answers */
+        s->reply_skip = 0;
+    }
+
     int replies = 1, skipped = 0;
-    int client_reply = track_client_reply(s, req, &replies);
+    int client_reply = !queued && track_client_reply(s, req, &replies);
     if (!client_reply && (s->reply_off || s->reply_skip)) {
         replies = 0;
         skipped = s->reply_skip;
@@ -913,6 +932,9 @@ static int handle_request(struct session *s, const struct request *req)
     static struct rewrite rw;
     enum verdict v = V_FORWARD;
     rw.followup.len = 0;
+    rw.exec_first = 0;
+    rw.orig_args.len = 0;
+    rw.tail.len = 0;
     if (!policy_inactive(srv->cfg)) {
         struct ev_client c;
         struct policy_ctx ctx = { s->resp3, s->in_multi, 0, NULL };
@@ -935,7 +957,6 @@ static int handle_request(struct session *s, const struct request *req)
         return 0;
     }
 
-    int mt = multi_cmd(req);
     if (mt == MT_EXEC && s->in_multi && s->multi_dirty) {
         /* Redis would answer EXECABORT: discard the transaction instead. */
         static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
@@ -957,7 +978,8 @@ static int handle_request(struct session *s, const struct request *req)
         }
         return 0;
     }
-    track_identity(s, req);
+    if (!queued)
+        track_identity(s, req);
 
     room_for(s, &tob, 3);
     if (v == V_REWRITE) {
@@ -985,15 +1007,15 @@ static int handle_request(struct session *s, const struct request *req)
         e->what = PW_EXEC_FIRST;
         e->rewritten = 1;
         e->t0 = uv_hrtime();
-        s->mux_owed += rw.exec_first + 1;
+        owe(s, rw.exec_first + 1);
     } else if (replies) {
         struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
                               .t0 = uv_hrtime() };
-        if (!track_pubsub(s, req, &pe))
+        if (!queued && !track_pubsub(s, req, &pe))
             track_request(s, req, &pe);
         if (pe.remaining != 0) {        /* RESP3 pub/sub: confirmations are pushes */
             *q_push(s) = pe;
-            s->mux_owed += pe.remaining;
+            owe(s, pe.remaining);
         }
     }
 
@@ -1617,6 +1639,7 @@ struct mux {
     uv_check_t flusher;             /* writes `out` once per loop iteration */
     int ready;                      /* connected (and authenticated) */
     int shareable;                  /* probed: Redis does not want AUTH from clients */
+    int paused;                     /* clients stopped: too many bytes not yet written */
     int failed;                     /* closing: no new requests */
     int handles;
     struct reply_scanner rs;
@@ -1626,7 +1649,6 @@ struct mux {
     size_t outlen, outcap;
 };
 
-static struct mux *mux_current;     /* one loop, one shared connection */
 static char mux_self;               /* fifo marker: the reply is for the mux itself */
 
 static void mux_fifo_push(struct mux *m, struct session *s, int n)
@@ -1701,10 +1723,34 @@ static void mux_fail(struct mux *m, const char *why)
     uv_close((uv_handle_t *)&m->flusher, on_mux_closed);
 }
 
+/* Bytes for Redis not yet written on the shared connection. */
+static size_t mux_backlog(const struct mux *m)
+{
+    return m->outlen + (m->ready ? uv_stream_get_write_queue_size(&m->h.stream) : 0);
+}
+
+static int mux_paused(void)
+{
+    return mux_current != NULL && mux_current->paused;
+}
+
+/* The shared connection drained: clients paused for it read again. */
+static void mux_resume(struct mux *m)
+{
+    if (!m->paused || mux_backlog(m) > m->srv->cfg->max_buffer / 2)
+        return;
+    m->paused = 0;
+    for (struct session *s = m->srv->sessions; s != NULL; s = s->next)
+        if (s->bstate == B_SHARED && !s->client_reading)
+            client_maybe_resume(s);
+}
+
 static void on_mux_write(uv_write_t *req, int status)
 {
-    struct wchunk *c = (struct wchunk *)req;
-    free(c);
+    struct mux *m = req->handle->data;
+    free((struct wchunk *)req);
+    if (status == 0 && !m->failed)
+        mux_resume(m);
 }
 
 static void on_mux_check(uv_check_t *h)
@@ -1738,6 +1784,7 @@ static void on_mux_check(uv_check_t *h)
         m->out = NULL;
         m->outcap = 0;
     }
+    mux_resume(m);
 }
 
 static void mux_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -1901,6 +1948,12 @@ static void mux_append(struct session *s)
     mux_fifo_push(m, s, s->mux_owed);
     s->mux_owed = 0;
     uv_check_start(&m->flusher, on_mux_check);
+    if (mux_backlog(m) > s->srv->cfg->max_buffer) {
+        /* Redis is not keeping up: no more requests from this client until
+         * the shared connection has drained to half. */
+        m->paused = 1;
+        client_read_stop(s);
+    }
 }
 
 /* A session goes away: replies still owed to it are read and dropped. */
@@ -1937,8 +1990,17 @@ static int needs_own_connection(const struct request *req)
 
 void session_mux_shutdown(void)
 {
-    if (mux_current != NULL && mux_current->flen == 0)
+    /* Every session is gone: what is still owed on it is for nobody. */
+    if (mux_current != NULL)
         mux_fail(mux_current, "shutting down");
+}
+
+void session_backend_changed(void)
+{
+    /* Sessions owed replies on the old backend end as if it had closed;
+     * the next request opens a shared connection to the new one. */
+    if (mux_current != NULL)
+        mux_fail(mux_current, "backend address changed by a reload");
 }
 
 /* ------------------------------------------------------------------------ */

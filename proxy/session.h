@@ -27,4 +27,7 @@ struct session *session_next(const struct session *s);
 /* Shutdown: close the shared backend connection once nothing is owed on it. */
 void session_mux_shutdown(void);
 
+/* A reload changed the backend address: the shared connection is closed. */
+void session_backend_changed(void);
+
 #endif
