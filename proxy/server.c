@@ -84,6 +84,7 @@ static void on_cron(uv_timer_t *t)
         session_cron(s, now);
         s = next;
     }
+    session_mux_cron(now);
     if (srv->shutting_down && now >= srv->shutdown_deadline) {
         if (srv->nsessions > 0)
             log_warn("shutdown: closing %d sessions still owed replies", srv->nsessions);

@@ -204,6 +204,7 @@ static struct session *toc_owner;
 
 static struct mux *mux_current;     /* one loop, one shared connection */
 static int mux_paused(void);
+static int mux_shareable(void);
 static void mux_append(struct session *s);
 static void mux_forget(struct session *s);
 static void mux_session_settle(struct session *s);
@@ -899,7 +900,8 @@ static void send_internal(struct session *s, const char *p, size_t len, int coun
 static int handle_request(struct session *s, const struct request *req)
 {
     struct server *srv = s->srv;
-    if (s->bstate == B_SHARED && (s->qlen >= MUX_MAX_INFLIGHT || needs_own_connection(req)))
+    if (s->bstate == B_SHARED && (s->qlen >= MUX_MAX_INFLIGHT || !mux_shareable() ||
+                                  needs_own_connection(req)))
         return 1;
     srv->stats.requests++;
 
@@ -1640,6 +1642,10 @@ struct mux {
     int ready;                      /* connected (and authenticated) */
     int shareable;                  /* probed: Redis does not want AUTH from clients */
     int paused;                     /* clients stopped: too many bytes not yet written */
+    int auth_pending;               /* the proxy's AUTH is not answered yet */
+    uint64_t probed;                /* monotonic ms of the last ACL GETUSER default */
+    char *pbuf;                     /* its reply, as it arrives */
+    size_t plen;
     int failed;                     /* closing: no new requests */
     int handles;
     struct reply_scanner rs;
@@ -1650,6 +1656,7 @@ struct mux {
 };
 
 static char mux_self;               /* fifo marker: the reply is for the mux itself */
+static char mux_probe;              /* fifo marker: the reply to the periodic ACL probe */
 
 static void mux_fifo_push(struct mux *m, struct session *s, int n)
 {
@@ -1686,6 +1693,7 @@ static void on_mux_closed(uv_handle_t *h)
         return;
     free(m->fifo);
     free(m->out);
+    free(m->pbuf);
     free(m);
 }
 
@@ -1732,6 +1740,13 @@ static size_t mux_backlog(const struct mux *m)
 static int mux_paused(void)
 {
     return mux_current != NULL && mux_current->paused;
+}
+
+/* New requests may still go over the shared connection (a failed one is
+ * replaced on the next request). */
+static int mux_shareable(void)
+{
+    return mux_current == NULL || mux_current->shareable;
 }
 
 /* The shared connection drained: clients paused for it read again. */
@@ -1817,6 +1832,41 @@ static void mux_session_settle(struct session *s)
     maybe_finish(s);
 }
 
+/* Redis keeps a connection logged in when a password is set later
+ * (CONFIG SET requirepass, ACL SETUSER): the shared connection asks every
+ * second whether the default user still needs none, and stops being shared
+ * when it does. Sessions on it then move to connections of their own, where
+ * Redis asks them to authenticate. */
+static void mux_probe_reply(struct mux *m, const char *p, size_t n, int done, char type)
+{
+    if (m->plen + n <= 64 * 1024) {
+        m->pbuf = xrealloc(m->pbuf, m->plen + n);
+        memcpy(m->pbuf + m->plen, p, n);
+        m->plen += n;
+    }
+    if (!done)
+        return;
+    if (type == '*' && !(memmem(m->pbuf, m->plen, "$6\r\nnopass\r\n", 12) != NULL &&
+                         memmem(m->pbuf, m->plen, "$2\r\non\r\n", 8) != NULL)) {
+        log_warn("the default user of %s now needs a password: multiplexing stops",
+                 m->srv->backend_name);
+        m->shareable = 0;
+    }
+    m->plen = 0;        /* an error (no permission for ACL): nothing learned */
+}
+
+void session_mux_cron(uint64_t now)
+{
+    static const char probe[] = "*3\r\n$3\r\nACL\r\n$7\r\nGETUSER\r\n$7\r\ndefault\r\n";
+    struct mux *m = mux_current;
+    if (m == NULL || !m->ready || m->failed || !m->shareable || now - m->probed < 1000)
+        return;
+    m->probed = now;
+    mux_out(m, probe, sizeof probe - 1);
+    mux_fifo_push(m, (struct session *)&mux_probe, 1);
+    uv_check_start(&m->flusher, on_mux_check);
+}
+
 static void mux_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     struct mux *m = st->data;
@@ -1838,20 +1888,25 @@ static void mux_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         struct session *s = m->flen ? m->fifo[m->fhead] : NULL;
-        if (s == (struct session *)&mux_self) {
+        if (s == (struct session *)&mux_probe) {
+            mux_probe_reply(m, p, (size_t)used, done, reply_scanner_type(&m->rs));
+        } else if (s == (struct session *)&mux_self) {
             /* The proxy's AUTH, then its PING: a client that would have to
              * authenticate cannot share a connection that did it for it. */
-            if (done && m->flen > 1 && reply_scanner_type(&m->rs) == '-')
-                log_error("shared backend connection: the proxy's AUTH was refused");
-            else if (done && m->flen == 1 && reply_scanner_type(&m->rs) == '+')
+            if (done && m->auth_pending) {
+                m->auth_pending = 0;
+                if (reply_scanner_type(&m->rs) == '-')
+                    log_error("shared backend connection: the proxy's AUTH was refused");
+            } else if (done && reply_scanner_type(&m->rs) == '+') {
                 m->shareable = 1;   /* PING answered: no AUTH needed */
+            }
         } else if (s != NULL && !s->closing) {
             reply_bytes(s, p, (size_t)used, done, reply_scanner_type(&m->rs), reply_start);
         }
         if (done && m->flen > 0) {
             m->fhead = (m->fhead + 1) % m->fcap;
             m->flen--;
-            if (s != NULL && s != (struct session *)&mux_self)
+            if (s != NULL && s != (struct session *)&mux_self && s != (struct session *)&mux_probe)
                 mux_session_settle(s);
         }
         p += used;
@@ -1921,6 +1976,7 @@ static struct mux *mux_get(struct server *srv)
         mux_out(m, auth, len);
         free(auth);
         mux_fifo_push(m, (struct session *)&mux_self, 1);
+        m->auth_pending = 1;
     }
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
     mux_out(m, ping, sizeof ping - 1);
@@ -1978,13 +2034,16 @@ static int needs_own_connection(const struct request *req)
         P("asking"), P("blmove"), P("blmpop"), P("bzmpop"), P("discard"), P("unwatch"),
         P("monitor"), P("readonly"), P("bzpopmin"), P("bzpopmax"), P("subscribe"),
         P("readwrite"), P("psubscribe"), P("ssubscribe"), P("brpoplpush"), P("xreadgroup"),
-        P("unsubscribe"), P("punsubscribe"), P("sunsubscribe"),
+        P("unsubscribe"), P("punsubscribe"), P("sunsubscribe"), P("sync"), P("psync"),
+        P("replconf"),
 #undef P
     };
     struct slice cmd = req->argv[0];
     for (size_t i = 0; i < sizeof pin / sizeof pin[0]; i++)
         if (pin[i].len == cmd.len && slice_eq_nocase(cmd, pin[i].name))
             return 1;
+    if (req->argc >= 2 && slice_eq_nocase(cmd, "script") && slice_eq_nocase(req->argv[1], "debug"))
+        return 1;       /* the debugger is per connection */
     return !command_is_known(cmd.p, cmd.len);
 }
 

@@ -27,6 +27,9 @@ struct session *session_next(const struct session *s);
 /* Shutdown: close the shared backend connection once nothing is owed on it. */
 void session_mux_shutdown(void);
 
+/* Once a second: is the shared connection still allowed to be shared? */
+void session_mux_cron(uint64_t now);
+
 /* A reload changed the backend address: the shared connection is closed. */
 void session_backend_changed(void);
 
