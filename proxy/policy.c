@@ -490,6 +490,24 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
             np++;
         }
     }
+    /* SET and GETSET drop a TTL; with KEEPTTL they keep it and are otherwise
+     * the same command with the same reply (GETSET is SET ... GET), so the key
+     * only needs a TTL when it had none: the create-only form, no script. */
+    if (np == 1 && found[0].effect == EFF_DROPS_TTL && found[0].argi == 1) {
+        static const struct slice set = { "SET", 3 }, keepttl = { "KEEPTTL", 7 },
+                                  get = { "GET", 3 };
+        if (slice_eq_nocase(name, "set")) {
+            nargv[argc++] = keepttl;
+            found[0].effect = EFF_CREATES_WITHOUT_TTL;
+            modified = 1;
+        } else if (slice_eq_nocase(name, "getset") && argc == 3) {
+            nargv[0] = set;
+            nargv[argc++] = keepttl;
+            nargv[argc++] = get;
+            found[0].effect = EFF_CREATES_WITHOUT_TTL;
+            modified = 1;
+        }
+    }
     int blocks = (flags & CMD_BLOCKING) && !ctx->in_multi;
     int create_only = 1;
     for (int i = 0; i < np; i++)
