@@ -1,15 +1,27 @@
 /*
  * policy: a request and the rules -> a verdict (see policy.h).
  *
- * Rewrites are atomic and reply-identical: the command runs inside one Lua
- * script (WRAP_LUA) that also puts the TTL back, so no other client, no crash
- * and no failover can observe the key without its TTL in between, and the
- * script returns exactly what the command returned (redis.pcall's result,
- * errors included). Lua turns a nil bulk into false, which Redis turns back
- * into the null of the caller's protocol; only doubles need the script to
- * speak RESP3 (ZINCRBY, ZADD ... INCR), whose double Redis then writes as a
- * bulk string for a RESP2 caller, exactly as the command itself does. EVAL carries the script body every
- * time, so SCRIPT FLUSH, a restart or a failover can never produce NOSCRIPT.
+ * Rewrites are atomic and reply-identical, in one of two forms:
+ *
+ *  - keys that may only be created without a TTL (INCR, HSET, LPUSH, and SET
+ *    or GETSET once KEEPTTL is added): MULTI; cmd; EXPIRE key ttl NX; EXEC.
+ *    The client gets the first element of EXEC's reply, which is exactly the
+ *    command's own reply, whatever its type. Used when the client is not in
+ *    a MULTI of its own, has no WATCH and does not suppress replies.
+ *  - keys whose TTL the command would drop (*STORE, COPY, RENAME, ...), and
+ *    the rest when the MULTI form is not possible: the command runs inside
+ *    one Lua script (WRAP_LUA) that also puts the expiry back, and returns
+ *    redis.pcall's result, errors included. Lua turns a nil bulk into false,
+ *    which Redis turns back into the null of the caller's protocol; only
+ *    doubles need the script to speak RESP3 (ZINCRBY, ZADD ... INCR), whose
+ *    double Redis writes as a bulk string for a RESP2 caller, as the command
+ *    itself does. Lua numbers are doubles: integers beyond 2^53 are rounded,
+ *    which is why the MULTI form is preferred. EVAL carries the script body
+ *    every time, so SCRIPT FLUSH, a restart or a failover never produce
+ *    NOSCRIPT.
+ *
+ * Either way no other client, no crash and no failover can observe the key
+ * without its TTL in between.
  *
  * Blocking commands cannot block inside a script, and commands flagged
  * noscript cannot run in one at all: those run as sent and are followed by a
