@@ -30,6 +30,12 @@
  * gets: CLIENT REPLY OFF/SKIP suppress them, RESP2 pub/sub confirmations come
  * one per channel, RESP3 pushes and MONITOR lines and pub/sub messages belong
  * to no request. The session mirrors that protocol state from what passes.
+ *
+ * With multiplex = on a session starts in B_SHARED: its requests go to one
+ * backend connection shared by all such sessions (the mux, further down),
+ * whose replies reach reply_bytes() through a FIFO of sessions instead of
+ * the session's own backend_read(). Everything after the framing of a reply
+ * is the same code for both.
  */
 #include <stdlib.h>
 #include <string.h>
