@@ -264,7 +264,7 @@ static void render_metrics(struct evbuf *b)
     m_family(b, "ttlguard_build_info", "gauge", "ttlguard version.");
     evbuf_printf(b, "ttlguard_build_info{version=\"%s\"} 1\n", TTLG_VERSION);
     m_single(b, "ttlguard_client_connections", "gauge", "Client connections open now.",
-             (uint64_t)(srv->nsessions > 0 ? srv->nsessions : 0));
+             (uint64_t)(srv->nclients > 0 ? srv->nclients : 0));
     m_single(b, "ttlguard_backend_connections", "gauge", "Backend connections open now.",
              (uint64_t)(stats_proxy.backend_connections > 0 ? stats_proxy.backend_connections : 0));
     m_single(b, "ttlguard_clients_accepted_total", "counter", "Client connections accepted.",
