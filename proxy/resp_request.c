@@ -29,6 +29,7 @@ struct req_framer {
     int busy;               /* hiredis holds a partial request starting at `start` */
     size_t start;           /* offset of the request hiredis is framing */
     size_t fed;             /* hiredis has been fed buf[..fed) (its buffer is a suffix of it) */
+    size_t bulk_end;        /* > fed: hiredis waits for a bulk ending here; feed it at once */
 
     /* Arguments of the request being framed, as offsets into buf. */
     size_t *off;
@@ -121,6 +122,7 @@ static void reader_drop(struct req_framer *f)
         redisReaderFree(f->r);
         f->r = NULL;
     }
+    f->bulk_end = 0;
 }
 
 void req_framer_free(struct req_framer *f)
@@ -175,6 +177,8 @@ void req_framer_moved(struct req_framer *f, size_t from, size_t to)
     if (!f->busy)
         return;
     f->start -= d;
+    if (f->bulk_end > 0)
+        f->bulk_end -= d;
     for (int i = 0; i < f->argc; i++)
         f->off[i] -= d;
 }
@@ -397,6 +401,11 @@ static int check_pending_bulk(struct req_framer *f)
         return fail(f, "Protocol error: invalid bulk length");
     if (f->unauth && n > REQ_MAX_UNAUTH_BULK)
         return fail(f, "Protocol error: unauthenticated bulk length");
+    /* Where the payload (and its CRLF) ends in the caller's buffer: hiredis
+     * gets it in one piece once it is all there, not a slice at a time
+     * (each slice would grow hiredis's buffer again). */
+    if ((size_t)(cr - hdr) + 1 < avail && cr[1] == '\n')     /* the line hiredis will see */
+        f->bulk_end = f->fed - r->len + (size_t)(cr - r->buf) + 2 + (size_t)n + 2;
     return 0;
 }
 
@@ -438,6 +447,7 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
         }
         f->busy = 1;
         f->start = *pos;
+        f->bulk_end = 0;
         f->argc = 0;
         f->cb_err = NULL;
     }
@@ -447,7 +457,14 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
      * time quadratic in its size. */
     void *reply = NULL;
     for (;;) {
-        if (len > f->fed) {
+        if (f->bulk_end > f->fed) {
+            if (len < f->bulk_end)
+                return 0;       /* the rest of a known bulk is not here yet */
+            if (redisReaderFeed(f->r, buf + f->fed, f->bulk_end - f->fed) != REDIS_OK)
+                return fail(f, "out of memory");
+            f->fed = f->bulk_end;
+            f->bulk_end = 0;
+        } else if (len > f->fed) {
             size_t n = len - f->fed < FEED_SLICE ? len - f->fed : FEED_SLICE;
             if (redisReaderFeed(f->r, buf + f->fed, n) != REDIS_OK)
                 return fail(f, "out of memory");
