@@ -108,28 +108,37 @@ static uint64_t hash_bytes(const char *p, size_t len)
 
 static size_t fold(const char *key, size_t len, char *out, size_t cap);
 
+/* The slot of text in the open-addressed table: its entry, or the empty
+ * slot where it would go. */
+static struct arep_pattern *pattern_slot(struct arep_patterns *ps, const char *text, size_t len,
+                                         uint64_t h)
+{
+    for (size_t i = h & (ps->cap - 1);; i = (i + 1) & (ps->cap - 1)) {
+        struct arep_pattern *p = &ps->v[i];
+        if (p->text == NULL || (p->hash == h && p->len == len && memcmp(p->text, text, len) == 0))
+            return p;
+    }
+}
+
 static void pattern_add(struct arep_patterns *ps, const struct rule *r,
                         const char *key, size_t keylen, long long mem)
 {
     char text[256];
     size_t len = fold(key, keylen, text, sizeof text);
     uint64_t h = hash_bytes(text, len);
+    uint64_t bytes = mem > 0 ? (uint64_t)mem : 0;
 
     if (ps->cap == 0 || (ps->n + 1) * 2 > ps->cap) {
         if (ps->n >= AREP_MAX_PATTERNS) {
-            /* Table full: look the pattern up, but do not add it. */
-            for (size_t i = h & (ps->cap - 1);; i = (i + 1) & (ps->cap - 1)) {
-                struct arep_pattern *p = &ps->v[i];
-                if (p->text == NULL)
-                    break;
-                if (p->hash == h && p->len == len && memcmp(p->text, text, len) == 0) {
-                    p->keys++;
-                    p->memory += mem > 0 ? (uint64_t)mem : 0;
-                    return;
-                }
+            /* Table full: count a known pattern, but add no new one. */
+            struct arep_pattern *p = pattern_slot(ps, text, len, h);
+            if (p->text != NULL) {
+                p->keys++;
+                p->memory += bytes;
+            } else {
+                ps->other_keys++;
+                ps->other_memory += bytes;
             }
-            ps->other_keys++;
-            ps->other_memory += mem > 0 ? (uint64_t)mem : 0;
             return;
         }
         size_t ncap = ps->cap ? ps->cap * 2 : 64;
@@ -147,23 +156,17 @@ static void pattern_add(struct arep_patterns *ps, const struct rule *r,
         ps->cap = ncap;
     }
 
-    size_t i = h & (ps->cap - 1);
-    for (;; i = (i + 1) & (ps->cap - 1)) {
-        struct arep_pattern *p = &ps->v[i];
-        if (p->text == NULL)
-            break;
-        if (p->hash == h && p->len == len && memcmp(p->text, text, len) == 0) {
-            p->keys++;
-            p->memory += mem > 0 ? (uint64_t)mem : 0;
-            return;
-        }
+    struct arep_pattern *p = pattern_slot(ps, text, len, h);
+    if (p->text != NULL) {
+        p->keys++;
+        p->memory += bytes;
+        return;
     }
-    struct arep_pattern *p = &ps->v[i];
     p->text = xmemdup(text, len);
     p->len = len;
     p->hash = h;
     p->keys = 1;
-    p->memory = mem > 0 ? (uint64_t)mem : 0;
+    p->memory = bytes;
     p->rule = r;
     p->ex.key = xmemdup(key, keylen);
     p->ex.len = keylen;

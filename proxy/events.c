@@ -1070,6 +1070,23 @@ const struct events_counters *events_counters(void)
 
 /* ---- the request path ---------------------------------------------------------------------- */
 
+/* Count one event about a key in its fold (written at once when it is the
+ * first of its kind in the window), with the key and client as example. */
+static void fold_key_event(enum ev_kind kind, uint32_t ri, int effect, int action, struct slice cmd,
+                           struct slice key, const struct ev_client *c)
+{
+    struct fold_id id;
+    int fresh;
+    fold_id_init(&id, kind, ri, effect, action, cmd, NULL);
+    struct fold *f = fold_get(&id, &fresh);
+    if (f == NULL)
+        return;
+    f->example.len = 0;
+    example_key(&f->example, key);
+    example_client(&f->example, c);
+    fold_hit(f, fresh);
+}
+
 void events_violation(const struct rule *r, struct slice cmd, struct slice key,
                       enum ev_effect effect, enum ev_action action, const struct ev_client *c)
 {
@@ -1081,16 +1098,7 @@ void events_violation(const struct rule *r, struct slice cmd, struct slice key,
     if (!ev.on)
         return;
 
-    struct fold_id id;
-    int fresh;
-    fold_id_init(&id, EK_VIOLATION, ri, effect, action, cmd, NULL);
-    struct fold *f = fold_get(&id, &fresh);
-    if (f == NULL)
-        return;
-    f->example.len = 0;
-    example_key(&f->example, key);
-    example_client(&f->example, c);
-    fold_hit(f, fresh);
+    fold_key_event(EK_VIOLATION, ri, effect, action, cmd, key, c);
 }
 
 void events_durable_write(const struct rule *r, struct slice cmd, struct slice key,
@@ -1108,16 +1116,7 @@ void events_durable_write(const struct rule *r, struct slice cmd, struct slice k
     if (!ev.on)
         return;
 
-    struct fold_id id;
-    int fresh;
-    fold_id_init(&id, sets_ttl ? EK_TTL_ON_DURABLE : EK_DURABLE_WRITE, ri, 0, 0, cmd, NULL);
-    struct fold *f = fold_get(&id, &fresh);
-    if (f == NULL)
-        return;
-    f->example.len = 0;
-    example_key(&f->example, key);
-    example_client(&f->example, c);
-    fold_hit(f, fresh);
+    fold_key_event(sets_ttl ? EK_TTL_ON_DURABLE : EK_DURABLE_WRITE, ri, 0, 0, cmd, key, c);
 }
 
 void events_unverified_keys(struct slice cmd, const char *detail, const struct slice *keys,
