@@ -891,7 +891,33 @@ static const char *const known_commands[] = {
 struct name_slot {
     const char *name;               /* NULL: empty */
     size_t len;
-    const struct command *row;      /* NULL for names the table does not need */
+    struct cmd_info info;           /* info.row NULL for names the table does not need */
+};
+
+/* The ids and session flags of the commands the proxy must recognise. */
+static const struct {
+    const char *name;
+    unsigned short id, sflags;
+} session_commands[] = {
+    { "acl", CID_ACL, 0 },          { "asking", CID_OTHER, CS_PIN },
+    { "auth", CID_AUTH, CS_PIN },               { "client", CID_CLIENT, CS_STATE },
+    { "config", CID_CONFIG, 0 },    { "discard", CID_DISCARD, CS_PIN },
+    { "eval", CID_EVAL, 0 },                    { "eval_ro", CID_EVAL_RO, 0 },
+    { "evalsha", CID_EVALSHA, 0 },              { "evalsha_ro", CID_EVALSHA_RO, 0 },
+    { "exec", CID_EXEC, CS_PIN },               { "getset", CID_GETSET, 0 },
+    { "hello", CID_HELLO, CS_STATE },             { "monitor", CID_MONITOR, CS_PIN },
+    { "multi", CID_MULTI, CS_PIN },             { "psubscribe", CID_PSUBSCRIBE, CS_PIN },
+    { "psync", CID_PSYNC, CS_PIN },             { "punsubscribe", CID_PUNSUBSCRIBE, CS_PIN },
+    { "quit", CID_OTHER, CS_PIN },              { "readonly", CID_OTHER, CS_PIN },
+    { "readwrite", CID_OTHER, CS_PIN },         { "replconf", CID_OTHER, CS_PIN },
+    { "reset", CID_RESET, CS_PIN },             { "script", CID_SCRIPT, 0 },
+    { "select", CID_SELECT, CS_STATE },           { "set", CID_SET, 0 },
+    { "setnx", CID_SETNX, 0 },                  { "ssubscribe", CID_SSUBSCRIBE, CS_PIN },
+    { "subscribe", CID_SUBSCRIBE, CS_PIN },     { "sunsubscribe", CID_SUNSUBSCRIBE, CS_PIN },
+    { "sync", CID_SYNC, CS_PIN },               { "unsubscribe", CID_UNSUBSCRIBE, CS_PIN },
+    { "unwatch", CID_UNWATCH, CS_PIN },         { "wait", CID_OTHER, CS_PIN },
+    { "watch", CID_WATCH, CS_PIN },             { "zadd", CID_ZADD, 0 },
+    { "zincrby", CID_ZINCRBY, 0 },
 };
 
 static struct name_slot name_slots[NAME_SLOTS];
@@ -957,7 +983,17 @@ __attribute__((constructor)) static void commands_init(void)
         }
         if (c->nspecs > MAX_SPECS)
             ttlg_assert_fail("key specs <= MAX_SPECS", __FILE__, __LINE__);
-        s->row = c;
+        s->info.row = c;
+        if (c->flags & CMD_BLOCKING)
+            s->info.sflags |= CS_PIN;
+    }
+    for (size_t k = 0; k < sizeof session_commands / sizeof session_commands[0]; k++) {
+        struct name_slot *s = slot_find(session_commands[k].name, strlen(session_commands[k].name));
+
+        if (s == NULL)
+            ttlg_assert_fail("every session command is a known command", __FILE__, __LINE__);
+        s->info.id = session_commands[k].id;
+        s->info.sflags |= session_commands[k].sflags;
     }
 }
 
@@ -965,7 +1001,14 @@ const struct command *command_lookup(const char *name, size_t len)
 {
     const struct name_slot *s = slot_find(name, len);
 
-    return s != NULL ? s->row : NULL;
+    return s != NULL ? s->info.row : NULL;
+}
+
+const struct cmd_info *command_resolve(const char *name, size_t len)
+{
+    const struct name_slot *s = slot_find(name, len);
+
+    return s != NULL ? &s->info : NULL;
 }
 
 int command_is_known(const char *name, size_t len)

@@ -54,6 +54,37 @@ struct key_ref {
 
 struct command;     /* opaque row of the table */
 
+/* Commands the proxy itself must recognise, beyond the keys they write: the
+ * session and the policy switch on these ids after one lookup per request,
+ * never on argv[0]'s text. */
+enum cmd_id {
+    CID_OTHER = 0,
+    CID_ACL, CID_AUTH, CID_CLIENT, CID_CONFIG, CID_DISCARD, CID_EVAL, CID_EVAL_RO,
+    CID_EVALSHA, CID_EVALSHA_RO, CID_EXEC, CID_GETSET, CID_HELLO, CID_MONITOR, CID_MULTI,
+    CID_PSUBSCRIBE, CID_PSYNC, CID_PUNSUBSCRIBE, CID_RESET, CID_SCRIPT, CID_SELECT, CID_SET,
+    CID_SETNX, CID_SSUBSCRIBE, CID_SUBSCRIBE, CID_SUNSUBSCRIBE, CID_SYNC, CID_UNSUBSCRIBE,
+    CID_UNWATCH, CID_WATCH, CID_ZADD, CID_ZINCRBY,
+};
+
+/* Session flags of a command. */
+#define CS_PIN          (1u << 0)   /* gives the connection a state of its own or blocks it
+                                       (every CMD_BLOCKING row too): a session sending it
+                                       leaves the shared connection */
+#define CS_STATE        (1u << 1)   /* connection state a shared session may carry in some
+                                       forms (SELECT, HELLO 2|3, CLIENT SETINFO|NO-EVICT);
+                                       other forms leave the shared connection */
+
+/* One lookup's worth of what the proxy knows about a command name. */
+struct cmd_info {
+    const struct command *row;  /* the table's row; NULL for reads the table leaves out */
+    unsigned short id;          /* enum cmd_id */
+    unsigned short sflags;      /* CS_* */
+};
+
+/* Look up argv[0] once per request (case-insensitive, binary safe): NULL
+ * when redis-server does not know the name. */
+const struct cmd_info *command_resolve(const char *name, size_t len);
+
 /* Look up argv[0] (case-insensitive, binary safe). NULL when the command is
  * not in the table: the proxy treats such a command as one it cannot judge
  * only when it is not a known read-only command (see command_is_known()). */

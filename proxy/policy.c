@@ -207,7 +207,7 @@ static void sb_key(struct sbuf *b, struct slice key)
         sb_add(b, "...", 3);
 }
 
-static void build_reject(struct sbuf *b, struct slice cmd, struct slice key,
+static void build_reject(struct sbuf *b, struct slice cmd, enum cmd_id id, struct slice key,
                          const struct finding *f)
 {
     const struct rule *r = f->rule;
@@ -235,16 +235,16 @@ static void build_reject(struct sbuf *b, struct slice cmd, struct slice key,
     long long ttl = r->ttl > 0 ? r->ttl : 3600;
     switch (f->effect) {
     case EFF_CREATES_WITHOUT_TTL:
-        if (slice_eq_nocase(cmd, "set") || slice_eq_nocase(cmd, "setnx"))
+        if (id == CID_SET || id == CID_SETNX)
             sb_printf(b, "give it a TTL in the same call: SET key value EX %lld", ttl);
         else
             sb_printf(b, "give it a TTL in the same MULTI/EXEC or script: "
                          "%s ...; EXPIRE key %lld NX", name, ttl);
         break;
     case EFF_DROPS_TTL:
-        if (slice_eq_nocase(cmd, "set") || slice_eq_nocase(cmd, "getset"))
+        if (id == CID_SET || id == CID_GETSET)
             sb_printf(b, "keep the TTL with SET key value KEEPTTL%s, or set one with EX %lld",
-                      slice_eq_nocase(cmd, "getset") ? " GET" : "", ttl);
+                      id == CID_GETSET ? " GET" : "", ttl);
         else
             sb_printf(b, "read PEXPIRETIME first and restore it with PEXPIREAT in the same "
                          "MULTI/EXEC or script, or add EXPIRE key %lld", ttl);
@@ -317,11 +317,12 @@ static enum verdict check_script(const struct config *cfg, const struct request 
     /* Name the script as Redis does: EVAL's body hashed, EVALSHA's sha, or
      * the function. */
     struct slice name = req->argv[0];
-    if (slice_eq_nocase(name, "eval") || slice_eq_nocase(name, "eval_ro")) {
+    enum cmd_id id = ctx->cmd->id;
+    if (id == CID_EVAL || id == CID_EVAL_RO) {
         char sha[41];
         sha1_hex(req->argv[1].p, req->argv[1].len, sha);
         snprintf(detail, sizeof detail, "sha=%s", sha);
-    } else if (slice_eq_nocase(name, "evalsha") || slice_eq_nocase(name, "evalsha_ro")) {
+    } else if (id == CID_EVALSHA || id == CID_EVALSHA_RO) {
         int n = snprintf(detail, sizeof detail, "sha=%.*s",
                          (int)(req->argv[1].len > 40 ? 40 : req->argv[1].len), req->argv[1].p);
         for (int i = 4; i < n; i++)
@@ -350,12 +351,14 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
         return V_FORWARD;
 
     struct slice name = req->argv[0];
-    const struct command *cmd = command_lookup(name.p, name.len);
-    if (cmd == NULL) {
-        if (!command_is_known(name.p, name.len))
-            events_unverified(name, "unknown command", ctx->client);
+    if (ctx->cmd == NULL) {
+        events_unverified(name, "unknown command", ctx->client);
         return V_FORWARD;
     }
+    const struct command *cmd = ctx->cmd->row;
+    enum cmd_id id = ctx->cmd->id;
+    if (cmd == NULL)
+        return V_FORWARD;               /* a read */
     unsigned flags = command_flags(cmd);
     if (!command_arity_ok(cmd, req->argc))
         return V_FORWARD;           /* Redis answers the arity error */
@@ -461,7 +464,7 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
         for (int i = 0; i < nf; i++)
             events_violation(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
                              EACT_REJECTED, ctx->client);
-        build_reject(&rw->err, name, req->argv[found[reject].argi], &found[reject]);
+        build_reject(&rw->err, name, id, req->argv[found[reject].argi], &found[reject]);
         return V_REJECT;
     }
     for (int i = 0; i < nf; i++)
@@ -508,11 +511,11 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     if (np == 1 && found[0].effect == EFF_DROPS_TTL && found[0].argi == 1) {
         static const struct slice set = { "SET", 3 }, keepttl = { "KEEPTTL", 7 },
                                   get = { "GET", 3 };
-        if (slice_eq_nocase(name, "set")) {
+        if (id == CID_SET) {
             nargv[argc++] = keepttl;
             found[0].effect = EFF_CREATES_WITHOUT_TTL;
             modified = 1;
-        } else if (slice_eq_nocase(name, "getset") && argc == 3) {
+        } else if (id == CID_GETSET && argc == 3) {
             nargv[0] = set;
             nargv[argc++] = keepttl;
             nargv[argc++] = get;
@@ -564,8 +567,7 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
             sb_bulk_ll(b, found[i].rule->ttl);
         for (int i = 0; i < np; i++)
             sb_bulk_str(b, found[i].effect == EFF_DROPS_TTL ? "o" : "c");
-        sb_bulk_str(b, slice_eq_nocase(name, "zincrby") || slice_eq_nocase(name, "zadd") ?
-                       "3" : "2");
+        sb_bulk_str(b, id == CID_ZINCRBY || id == CID_ZADD ? "3" : "2");
         if (!modified && !req->inline_cmd)
             rw->orig_args = args_span(req);
         else

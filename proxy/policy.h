@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "commands.h"
 #include "config.h"
 #include "events.h"
 #include "resp_request.h"
@@ -45,6 +46,7 @@ struct rewrite {
 };
 
 struct policy_ctx {
+    const struct cmd_info *cmd; /* argv[0] resolved (command_resolve); NULL: unknown to Redis */
     int resp3;              /* the client speaks RESP3 (HELLO 3) */
     int in_multi;           /* between MULTI and EXEC: blocking commands do not block */
     int can_multi;          /* the proxy may wrap a command in MULTI/EXEC of its own: not in

@@ -3,7 +3,8 @@
  *
  * A byte-driven state machine that only tracks where values end. It never
  * buffers: a bulk payload is skipped by arithmetic, a text line by memchr(),
- * and the only per-value memory is one counter per open aggregate.
+ * and the only per-value memory is one counter (and one attribute bit) per
+ * open aggregate.
  *
  *   type byte ─┬─ + - ( ,  ──▶ text line up to CRLF ─────────────────┐
  *              ├─ :        ──▶ number line ──────────────────────────┤
@@ -23,11 +24,30 @@
  * (redis.status_reply, redis.error_reply and big_number of any size), and
  * nothing of them is kept here. Every other line holds a number, a boolean
  * or nothing, so RESP_MAX_LINE bounds it generously.
+ *
+ * The level stack. Levels 0..RESP_INLINE_DEPTH-1 live in remaining[] and
+ * attr[] inside the struct. Pushing one more moves the whole stack to one heap
+ * block, `heap`: 1 << heap_shift counts followed by as many bits, doubled
+ * whenever it fills; from then on every level is read there (rs_push_heap(),
+ * rs_pop_heap()) until the reply ends, when the block is freed. It is not
+ * shrunk on the way back up, so a reply hovering around a capacity boundary
+ * cannot make it thrash. Shallow replies pay for this a test of s->heap per
+ * push and per element inside an aggregate, and one per reply.
  */
 #include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "resp_reply.h"
+
+_Static_assert(RESP_INLINE_DEPTH >= 8 && (RESP_INLINE_DEPTH & (RESP_INLINE_DEPTH - 1)) == 0,
+               "RESP_INLINE_DEPTH must be a power of two, at least 8");
+
+#define rs_unlikely(x) __builtin_expect(!!(x), 0)
+/* Kept out of line so the hot paths stay small. */
+#define RS_COLD __attribute__((cold, noinline))
+#define RS_NOINLINE __attribute__((noinline))
 
 enum {
     RS_TYPE,        /* expecting the type byte of an element */
@@ -52,9 +72,32 @@ enum {
 /* remaining[] value of a streamed aggregate, which ends with '.' instead. */
 #define RS_STREAMED UINT_MAX
 
-static ssize_t rs_fail(struct reply_scanner *s, const char *why)
+/* Capacity in levels of the heap stack (only when s->heap is set). */
+static size_t rs_heap_cap(const struct reply_scanner *s)
+{
+    return (size_t)1 << s->heap_shift;
+}
+
+/* Count of each open level, outermost first. */
+static unsigned int *rs_levels(struct reply_scanner *s)
+{
+    return s->heap ? s->heap : s->remaining;
+}
+
+static void rs_drop_heap(struct reply_scanner *s)
+{
+    free(s->heap);
+    s->heap = NULL;
+    s->heap_shift = 0;
+}
+
+static RS_COLD ssize_t rs_fail(struct reply_scanner *s, const char *why)
 {
     s->err = why;
+    /* The error sticks and the levels are never read again. */
+    if (s->heap)
+        rs_drop_heap(s);
+    s->depth = 0;
     return -1;
 }
 
@@ -62,6 +105,12 @@ void reply_scanner_init(struct reply_scanner *s)
 {
     memset(s, 0, sizeof(*s));
     s->state = RS_TYPE;
+}
+
+void reply_scanner_free(struct reply_scanner *s)
+{
+    free(s->heap);
+    reply_scanner_init(s);
 }
 
 char reply_scanner_type(const struct reply_scanner *s)
@@ -79,40 +128,106 @@ const char *reply_scanner_error(const struct reply_scanner *s)
     return s->err ? s->err : "no error";
 }
 
-static int rs_is_attr(const struct reply_scanner *s, int level)
-{
-    return s->attr[level >> 3] & (1u << (level & 7));
-}
-
-/* An element just ended. Returns 1 when it was the last byte of the
- * top-level reply, 0 when the reply goes on. */
-static int rs_element_done(struct reply_scanner *s)
+/* An element just ended: pop every level it completes, in the stack
+ * lv[]/bits[]. Returns 1 when it was the last byte of the top-level reply,
+ * 0 when the reply goes on. */
+static inline int rs_pop(struct reply_scanner *s, unsigned int *lv, unsigned char *bits)
 {
     while (s->depth > 0) {
-        unsigned int *left = &s->remaining[s->depth - 1];
+        unsigned int *left = &lv[s->depth - 1];
+        unsigned char *bit;
 
         if (*left == RS_STREAMED || --*left > 0)
             return 0;
         s->depth--;
-        if (rs_is_attr(s, s->depth)) {
+        bit = &bits[s->depth >> 3];
+        if (*bit & (1u << (s->depth & 7))) {
             /* An attribute describes the element after it and is not one
              * itself: the parent still waits for that element. */
-            s->attr[s->depth >> 3] &= ~(1u << (s->depth & 7));
+            *bit &= (unsigned char)~(1u << (s->depth & 7));
             return 0;
         }
     }
     return 1;
 }
 
-/* Open an aggregate of `count` elements (RS_STREAMED: ended by '.'). */
-static int rs_push(struct reply_scanner *s, unsigned int count, int is_attr)
+static RS_NOINLINE int rs_pop_heap(struct reply_scanner *s)
 {
-    if (s->depth == RESP_MAX_DEPTH)
+    return rs_pop(s, s->heap, (unsigned char *)(s->heap + rs_heap_cap(s)));
+}
+
+/* The inline stack is addressed directly: shallow replies pay a test of
+ * s->heap per element and nothing else. */
+static inline int rs_element_done(struct reply_scanner *s)
+{
+    if (s->depth == 0)      /* a top-level simple reply: the common case */
+        return 1;
+    if (rs_unlikely(s->heap != NULL))
+        return rs_pop_heap(s);
+    return rs_pop(s, s->remaining, s->attr);
+}
+
+/* The stack holds s->depth levels and is full: move it to the heap, or
+ * double the heap block. Returns -1 when memory runs out. */
+static RS_COLD int rs_grow(struct reply_scanner *s)
+{
+    size_t cap = s->heap ? rs_heap_cap(s) : RESP_INLINE_DEPTH;
+    size_t ncap = cap * 2;
+    unsigned int *h;
+    unsigned char *bits;
+
+    /* ncap counts and ncap bits: 4.125 bytes a level. Long before this
+     * overflows, the reply would have used up the address space. */
+    if (cap > SIZE_MAX / 2 / 5)
         return -1;
-    s->remaining[s->depth] = count;
+    h = realloc(s->heap, ncap * sizeof(*h) + ncap / 8);
+    if (h == NULL)
+        return -1;      /* s->heap, if any, is still valid; rs_fail frees it */
+    bits = (unsigned char *)(h + ncap);
+    if (s->heap == NULL) {
+        memcpy(h, s->remaining, sizeof(s->remaining));
+        memcpy(bits, s->attr, sizeof(s->attr));
+        /* Those bits are cleared on the heap as their levels close: the
+         * inline ones must be 0 when the levels come back inline. */
+        memset(s->attr, 0, sizeof(s->attr));
+    } else {
+        /* The bits followed the old counts: move them after the new ones. */
+        memmove(bits, (unsigned char *)(h + cap), cap / 8);
+    }
+    memset(bits + cap / 8, 0, (ncap - cap) / 8);
+    s->heap = h;
+    s->heap_shift = (unsigned char)__builtin_ctzll((unsigned long long)ncap);
+    return 0;
+}
+
+/* Open an aggregate of `count` elements (RS_STREAMED: ended by '.') on the
+ * heap stack, first moving the levels there or growing it if it is full. */
+static RS_NOINLINE int rs_push_heap(struct reply_scanner *s, unsigned int count, int is_attr)
+{
+    size_t d = s->depth;
+
+    if ((s->heap == NULL || d == rs_heap_cap(s)) && rs_grow(s) < 0)
+        return -1;
+    s->heap[d] = count;
     if (is_attr)
-        s->attr[s->depth >> 3] |= 1u << (s->depth & 7);
-    s->depth++;
+        ((unsigned char *)(s->heap + rs_heap_cap(s)))[d >> 3] |= (unsigned char)(1u << (d & 7));
+    s->depth = d + 1;
+    return 0;
+}
+
+/* Open an aggregate of `count` elements (RS_STREAMED: ended by '.').
+ * Returns -1 when the level stack cannot grow. The attribute bits of the
+ * levels not open are 0: an attribute level clears its own as it closes. */
+static inline int rs_push(struct reply_scanner *s, unsigned int count, int is_attr)
+{
+    size_t d = s->depth;
+
+    if (rs_unlikely(s->heap != NULL || d == RESP_INLINE_DEPTH))
+        return rs_push_heap(s, count, is_attr);
+    s->remaining[d] = count;
+    if (is_attr)
+        s->attr[d >> 3] |= (unsigned char)(1u << (d & 7));
+    s->depth = d + 1;
     return 0;
 }
 
@@ -126,10 +241,8 @@ static int rs_number_done(struct reply_scanner *s)
     if (s->numflags & RS_STREAM) {
         /* "$?", "*?", "%?", "~?": only those were let through. */
         s->state = s->cur == '$' ? RS_CHUNK : RS_TYPE;
-        if (s->cur != '$' && rs_push(s, RS_STREAMED, 0) < 0) {
-            s->err = "aggregate nesting too deep";
-            return -1;
-        }
+        if (s->cur != '$' && rs_push(s, RS_STREAMED, 0) < 0)
+            return (int)rs_fail(s, "out of memory for a deeply nested reply");
         return 0;
     }
     s->state = RS_TYPE;
@@ -139,10 +252,8 @@ static int rs_number_done(struct reply_scanner *s)
     case '$': case '!': case '=': case ';':
         if (neg) {
             /* "$-1" is RESP2's null string; no other length is negative. */
-            if (s->cur != '$' || n != 1) {
-                s->err = "invalid bulk length";
-                return -1;
-            }
+            if (s->cur != '$' || n != 1)
+                return (int)rs_fail(s, "invalid bulk length");
             return rs_element_done(s);
         }
         if (s->cur == ';' && n == 0)    /* ";0": end of a streamed string */
@@ -155,24 +266,19 @@ static int rs_number_done(struct reply_scanner *s)
 
         if (neg) {
             /* "*-1" is RESP2's null array; no other count is negative. */
-            if (s->cur != '*' || n != 1) {
-                s->err = "invalid aggregate length";
-                return -1;
-            }
+            if (s->cur != '*' || n != 1)
+                return (int)rs_fail(s, "invalid aggregate length");
             return rs_element_done(s);
         }
         if (n > (long long)(RS_STREAMED - 1) >> pairs) {
             /* Four billion elements would be a reply of 16 GB or more:
              * refused rather than spending 8 bytes per level on counts. */
-            s->err = "aggregate length out of range";
-            return -1;
+            return (int)rs_fail(s, "aggregate length out of range");
         }
         if (n == 0)     /* empty aggregate; an empty attribute is just skipped */
             return s->cur == '|' ? 0 : rs_element_done(s);
-        if (rs_push(s, (unsigned int)(n << pairs), s->cur == '|') < 0) {
-            s->err = "aggregate nesting too deep";
-            return -1;
-        }
+        if (rs_push(s, (unsigned int)(n << pairs), s->cur == '|') < 0)
+            return (int)rs_fail(s, "out of memory for a deeply nested reply");
         return 0;
     }
     }
@@ -226,7 +332,7 @@ ssize_t reply_scan(struct reply_scanner *s, const char *buf, size_t len, int *do
                 s->state = RS_CR;
                 break;
             case '.':
-                if (s->depth == 0 || s->remaining[s->depth - 1] != RS_STREAMED)
+                if (s->depth == 0 || rs_levels(s)[s->depth - 1] != RS_STREAMED)
                     return rs_fail(s, "'.' outside a streamed aggregate");
                 s->state = RS_CR;
                 break;
@@ -379,6 +485,8 @@ ssize_t reply_scan(struct reply_scanner *s, const char *buf, size_t len, int *do
 
 reply_done:
     s->busy = 0;
+    if (rs_unlikely(s->heap != NULL))
+        rs_drop_heap(s);    /* depth is 0: an idle scanner holds no heap memory */
     *done = 1;
     return p - buf;
 }

@@ -11,9 +11,29 @@
  * Types: + - : $ * (RESP2), _ , # ! = ( % ~ > | (RESP3), streamed strings
  * ($? then ;N chunks ending in ;0) and streamed aggregates (*? %? ~? ending
  * in .). An attribute (|) belongs to the reply that follows it: the pair is
- * one unit. Limits: nesting depth RESP_MAX_DEPTH, header lines of
- * RESP_MAX_LINE bytes; beyond them, or on any byte that cannot start or
- * continue a reply, the scanner reports a protocol error.
+ * one unit. Header lines are limited to RESP_MAX_LINE bytes; beyond that, or
+ * on any byte that cannot start or continue a reply, the scanner reports a
+ * protocol error.
+ *
+ * Nesting depth has no limit, as in Redis: a script returning a cyclic table
+ * (local a = {} local b = {a} a[1] = b return a) gets a reply thousands of
+ * levels deep (nested *1 until Lua's stack limit), and module replies can
+ * nest further still. The scanner keeps a count and an attribute bit per
+ * open aggregate: the first RESP_INLINE_DEPTH levels live inside the struct,
+ * and a reply nested deeper moves them to a heap stack that doubles as
+ * needed. Memory is bounded by the reply itself (each level costs at least
+ * four bytes of input, and the stack about 4.1 bytes per level).
+ *
+ * Ownership: the heap stack belongs to the scanner. It is allocated when a
+ * reply first goes deeper than RESP_INLINE_DEPTH and released when that reply
+ * ends or on a protocol error, so shallow replies never allocate and an idle
+ * or failed scanner holds no heap memory. A scanner still holds it when its
+ * owner drops it in the middle of such a reply (the connection closes while a
+ * deep reply is in flight): whoever embeds or allocates a struct
+ * reply_scanner must call reply_scanner_free() before freeing or forgetting
+ * it, and use reply_scanner_free(), not reply_scanner_init(), to reset one
+ * that has been used (init would leak it). Do not copy the struct while it
+ * holds heap memory (both copies would own the block).
  */
 #ifndef TTLG_RESP_REPLY_H
 #define TTLG_RESP_REPLY_H
@@ -21,12 +41,20 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define RESP_MAX_DEPTH 128
-#define RESP_MAX_LINE  (64 * 1024)
+#define RESP_INLINE_DEPTH 16            /* levels kept inside the struct */
+#define RESP_MAX_LINE     (64 * 1024)
 
 struct reply_scanner;   /* defined below; treat as opaque outside resp_reply.c */
 
+/* Make a scanner ready for its first reply. For raw memory (a new struct);
+ * to reset one that has been used, call reply_scanner_free(). */
 void reply_scanner_init(struct reply_scanner *s);
+
+/* Release the heap memory the scanner holds, if any, and leave it as
+ * reply_scanner_init() does (idle, type 0, no error): it can be dropped, or
+ * used again right away. Safe on an idle, failed or just-initialized scanner,
+ * and twice in a row. */
+void reply_scanner_free(struct reply_scanner *s);
 
 /* Scan buf[0..len). Returns the number of bytes consumed:
  *  - if a whole top-level reply ended inside buf, *done = 1 and the return
@@ -34,7 +62,8 @@ void reply_scanner_init(struct reply_scanner *s);
  *    the next reply);
  *  - otherwise *done = 0 and all len bytes were consumed (the scanner keeps
  *    its state for the next call).
- * Returns -1 on malformed input; reply_scanner_error() says why. */
+ * Returns -1 on malformed input (or if a heap stack for a very deep reply
+ * cannot be allocated); reply_scanner_error() says why. */
 ssize_t reply_scan(struct reply_scanner *s, const char *buf, size_t len, int *done);
 
 /* Type byte of the top-level reply being scanned, or of the one just
@@ -48,21 +77,28 @@ int reply_scanner_idle(const struct reply_scanner *s);
 
 const char *reply_scanner_error(const struct reply_scanner *s);
 
-/* Implementation detail, exposed so sessions can embed the scanner (568
- * bytes on LP64: one 32-bit count per level is most of it). */
+/* Implementation detail, exposed so sessions can embed the scanner (112
+ * bytes on LP64, most of it the inline counts). */
 struct reply_scanner {
+    unsigned int *heap;             /* NULL, or the stack of every level once deeper than
+                                     * RESP_INLINE_DEPTH: 1 << heap_shift counts, then a
+                                     * bit per level */
+    size_t depth;                   /* open aggregates */
+    union {                         /* never needed at the same time */
+        long long num;              /* number being parsed in a line */
+        long long bulk_left;        /* payload bytes still to skip (CRLF excluded) */
+    };
+    const char *err;                /* static message after a protocol error */
+    unsigned int linelen;           /* bytes of the current line so far */
     unsigned char state;            /* where in a line or payload we are (RS_* in resp_reply.c) */
     char type;                      /* type byte of the top-level reply (see above) */
     char cur;                       /* type byte of the line being read */
     unsigned char busy;             /* 1 once a byte of the current reply was seen */
     unsigned char numflags;         /* sign, digits seen, '?' of the number line */
-    unsigned char depth;            /* open aggregates, up to RESP_MAX_DEPTH */
-    unsigned int linelen;           /* bytes of the current line so far */
-    long long num;                  /* number being parsed in a line */
-    long long bulk_left;            /* payload bytes still to skip (CRLF excluded) */
-    const char *err;                /* static message after a protocol error */
-    unsigned char attr[RESP_MAX_DEPTH / 8];   /* bit per level: it is an attribute */
-    unsigned int remaining[RESP_MAX_DEPTH];   /* elements owed per level; UINT_MAX = streamed */
+    unsigned char heap_shift;       /* log2 of the heap stack's capacity in levels */
+    unsigned char attr[RESP_INLINE_DEPTH / 8];  /* bit per inline level: it is an attribute */
+    unsigned int remaining[RESP_INLINE_DEPTH];  /* elements owed per inline level;
+                                                 * UINT_MAX = streamed */
 };
 
 #endif

@@ -9,9 +9,9 @@
 #include <netdb.h>
 
 #include "admin.h"
-#include "audit_conn.h"
+#include "control.h"
 #include "events.h"
-#include "policy.h"
+#include "mux.h"
 #include "server.h"
 #include "session.h"
 
@@ -20,6 +20,7 @@
 #define RBUF_SIZE           (256 * 1024)
 
 static struct server the_server;
+uint64_t loop_now_ns;
 
 static void on_close_noop(uv_handle_t *h)
 {
@@ -45,7 +46,8 @@ static void finish_shutdown(struct server *srv)
 {
     if (!srv->shutting_down || srv->nsessions > 0)
         return;
-    session_mux_shutdown();
+    mux_shutdown();
+    control_stop();
     if (!uv_is_closing((uv_handle_t *)&srv->cron)) {
         uv_close((uv_handle_t *)&srv->cron, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_term, on_close_noop);
@@ -84,7 +86,7 @@ static void on_cron(uv_timer_t *t)
         session_cron(s, now);
         s = next;
     }
-    session_mux_cron(now);
+    control_cron(now, mux_in_use());
     if (srv->shutting_down && now >= srv->shutdown_deadline) {
         if (srv->nsessions > 0)
             log_warn("shutdown: closing %d sessions still owed replies", srv->nsessions);
@@ -196,51 +198,6 @@ static int start_listening(struct server *srv, const struct addr *a, uv_stream_t
     return 0;
 }
 
-/* At start and after a reload: which eviction policy does the backend run?
- * A short blocking check (1 s at most) before the loop serves anyone; the
- * sessions repeat it on each new backend connection. */
-static void probe_backend_policy(struct server *srv)
-{
-    char err[256];
-    const char *why = NULL;
-    redisReply *reply = NULL;
-    char policy[32] = "";
-
-    if (policy_inactive(srv->cfg))
-        return;
-    struct aconn *c = aconn_open(&srv->backend_addr, 1000, 1000, err, sizeof err);
-    if (c == NULL) {
-        why = err;
-    } else {
-        const struct config *cfg = srv->cfg;
-        if (cfg->backend_password != NULL) {
-            const char *argv[3] = { "AUTH", cfg->backend_username, cfg->backend_password };
-            int argc = cfg->backend_username ? 3 : 2;
-            if (argc == 2)
-                argv[1] = cfg->backend_password;
-            if (aconn_call(c, &reply, err, sizeof err, argc, argv) != 0)
-                why = err;
-            freeReplyObject(reply);
-            reply = NULL;
-        }
-        const char *argv[3] = { "CONFIG", "GET", "maxmemory-policy" };
-        if (why == NULL && aconn_call(c, &reply, err, sizeof err, 3, argv) != 0)
-            why = err;
-        if (why == NULL) {
-            if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-                reply->element[1]->type == REDIS_REPLY_STRING)
-                snprintf(policy, sizeof policy, "%s", reply->element[1]->str);
-            else
-                why = "CONFIG GET refused by the backend";
-        }
-        freeReplyObject(reply);
-        aconn_close(c);
-    }
-    snprintf(srv->backend_policy, sizeof srv->backend_policy, "%s", policy);
-    srv->backend_policy_known = why == NULL;
-    events_backend_policy(srv->cfg, why ? NULL : policy, why);
-}
-
 /* Resolve the backend now; when that fails, sessions answer with the reason
  * and each failed connect tries again in the background. */
 static void resolve_backend(struct server *srv)
@@ -304,7 +261,8 @@ static void reload(struct server *srv)
         srv->backend_addr = backend_addr;
         snprintf(srv->backend_name, sizeof srv->backend_name, "%s", a);
         resolve_backend(srv);
-        session_backend_changed();
+        mux_backend_changed();
+        control_backend_changed();
     }
 
     struct config *old = srv->cfg;
@@ -314,7 +272,7 @@ static void reload(struct server *srv)
     config_free(old);
     free(old);
     log_info("SIGHUP: config %s reloaded (%zu rules)", cfg->path, cfg->rules.n);
-    probe_backend_policy(srv);
+    control_probe_policy();
 }
 
 static void on_hup(uv_signal_t *h, int signum)
@@ -387,7 +345,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
         uv_run(srv->loop, UV_RUN_NOWAIT);
         return 1;
     }
-    probe_backend_policy(srv);
+    control_start(srv);
 
     uv_timer_init(srv->loop, &srv->cron);
     srv->cron.data = srv;

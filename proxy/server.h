@@ -2,7 +2,11 @@
  * server: the listener, the loop-wide state and the periodic cron.
  *
  *   listener --accept--> session_accept() ...  (one session per client)
- *   cron (100 ms)    --> idle and connect timeouts, shutdown drain deadline
+ *   control.c        --> the proxy's own backend connection: what Redis wants
+ *                        (AUTH from clients? eviction policy), never asked on a
+ *                        client's connection
+ *   cron (100 ms)    --> idle and connect timeouts, shutdown drain deadline,
+ *                        control reconnects
  *   signals          --> SIGTERM/SIGINT: stop accepting, drain, exit 0
  *
  * One loop, one thread: sessions, config and counters are only touched from
@@ -49,6 +53,9 @@ struct server {
     uint64_t last_resolve;           /* monotonic ms */
     char backend_policy[32];         /* maxmemory-policy last reported */
     int backend_policy_known;
+    int auth_known;                  /* the control connection has said whether... */
+    int clients_must_auth;           /* ...Redis wants AUTH from a client that connects now */
+    int databases;                   /* CONFIG GET databases; 0 while unknown */
 
     uv_stream_t *listener;           /* a uv_tcp_t or uv_pipe_t of our own; NULL when closed */
     int listen_override;             /* --listen / --backend given: a reload keeps them */
@@ -71,6 +78,15 @@ struct server {
 
     struct stats stats;
 };
+
+/* The clock of the current loop callback: read once per callback (a read,
+ * a timer), not per request. */
+extern uint64_t loop_now_ns;
+
+static inline void loop_clock_update(void)
+{
+    loop_now_ns = uv_hrtime();
+}
 
 /* Start listening and serving with cfg (ownership of cfg passes to the server,
  * which frees it, or its reloaded successors, on the way out).

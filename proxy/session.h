@@ -1,6 +1,7 @@
 /*
- * session: one client connection and its own backend connection (1:1).
- * See the diagram at the top of session.c.
+ * session: one client connection (the client side); see the diagram at the
+ * top of session.c. Its backend connection is backend.c's, the shared one
+ * mux.c's; session_int.h is what they share.
  */
 #ifndef TTLG_SESSION_H
 #define TTLG_SESSION_H
@@ -23,14 +24,5 @@ void session_drain(struct session *s);
 void session_close(struct session *s);
 
 struct session *session_next(const struct session *s);
-
-/* Shutdown: close the shared backend connection once nothing is owed on it. */
-void session_mux_shutdown(void);
-
-/* Once a second: is the shared connection still allowed to be shared? */
-void session_mux_cron(uint64_t now);
-
-/* A reload changed the backend address: the shared connection is closed. */
-void session_backend_changed(void);
 
 #endif

@@ -6,7 +6,10 @@
  * derived from that byte, and one byte at a time. Every way must find the
  * same reply ends with the same types and end the same way (error with the
  * same message, idle, or inside a reply), and every call must keep the
- * reply_scan() contract. Built with TTLG_FUZZ=ON (clang):
+ * reply_scan() contract. The scanner holds heap memory only inside a reply
+ * nested deeper than RESP_INLINE_DEPTH, and is freed with
+ * reply_scanner_free() however the input ends (ASan reports a leak
+ * otherwise). Built with TTLG_FUZZ=ON (clang):
  *
  *   CC=clang cmake -S . -B build-fuzz -DTTLG_FUZZ=ON -DTTLG_TESTS=OFF
  *   cmake --build build-fuzz --target fuzz_reply
@@ -58,8 +61,11 @@ static void scan(const uint8_t *data, size_t len, size_t (*next_size)(uint32_t *
             if (r < 0) {
                 o->err = reply_scanner_error(&s);
                 check(o->err != NULL);
-                /* errors stick */
+                /* errors stick, and give the level stack back */
                 check(reply_scan(&s, "+OK\r\n", 5, &done) == -1);
+                check(s.heap == NULL);
+                reply_scanner_free(&s);
+                check(reply_scanner_idle(&s));
                 return;
             }
             check(done == 0 || done == 1);
@@ -71,17 +77,22 @@ static void scan(const uint8_t *data, size_t len, size_t (*next_size)(uint32_t *
                 check(data[off - 1] == '\n');
                 check(reply_scanner_idle(&s));
                 check(reply_scanner_type(&s) != 0);
+                check(s.heap == NULL && s.depth == 0);  /* idle: no heap memory */
                 o->ends[o->n] = off;
                 o->types[o->n] = reply_scanner_type(&s);
                 o->n++;
             } else {
                 check((size_t)r == stop - off);
                 check(!reply_scanner_idle(&s));
+                check(s.heap != NULL || s.depth <= RESP_INLINE_DEPTH);
                 off = stop;
             }
         }
     }
     o->idle = reply_scanner_idle(&s);
+    /* The input may end inside a (deep) reply. */
+    reply_scanner_free(&s);
+    check(s.heap == NULL && reply_scanner_idle(&s));
 }
 
 static size_t random_size(uint32_t *state)

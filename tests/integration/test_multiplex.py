@@ -54,7 +54,7 @@ def proxy_conns(redis, password=None):
     out = []
     for line in text.splitlines():
         d = dict(f.split("=", 1) for f in line.split(" ") if "=" in f)
-        if d.get("name") != CTL:
+        if d.get("name") not in (CTL, "ttlguard-control"):
             out.append(d)
     return out
 
@@ -148,10 +148,12 @@ def test_many_stateless_clients_one_backend_connection(redis_srv, make_proxy):
             c.send(enc("GET", "k:%d" % i) + enc("INCR", "n:%d" % i) + enc("GET", "nope"))
         for i, c in enumerate(conns):
             assert c.replies(3) == [b"v%d" % i, 4, None]
-        # All 20 clients connected: the shared connection and our own only.
+        # All 20 clients connected: the shared connection, the proxy's
+        # control connection and our own only.
         wait_conns(redis_srv, 1, "20 stateless clients")
         entries = client_list(redis_srv.port)
-        assert len(entries) == 2, entries
+        assert len(entries) == 3, entries
+        assert [e["name"] for e in entries].count("ttlguard-control") == 1, entries
     finally:
         for c in conns:
             c.close()
@@ -235,7 +237,9 @@ SELECT_PIPELINE = (enc("SET", "a", "1") + enc("SELECT", "1") + enc("GET", "a")
                    + enc("SET", "a", "2") + enc("SELECT", "0") + enc("GET", "a"))
 
 
-def test_select_pins_transparently(redis_srv, make_proxy):
+def test_select_shares_transparently(redis_srv, make_proxy):
+    """SELECT moves a client to the shared connection of that database: the
+    replies are Redis's own, and no connection of its own is opened."""
     proxy = start(make_proxy, redis_srv)
 
     def script(port):
@@ -249,21 +253,28 @@ def test_select_pins_transparently(redis_srv, make_proxy):
     flushall(redis_srv)
     with Conn(proxy.port) as other, Conn(proxy.port) as c:
         assert other.cmd("PING") == b"PONG"
-        wait_conns(redis_srv, 1, "two stateless clients")
         c.send(SELECT_PIPELINE)
         assert raw_replies(c, 6) == d
-        wait_conns(redis_srv, 2, "after SELECT: the client has a connection of its own")
         assert c.cmd("SELECT", "1") == b"OK"
         assert c.cmd("GET", "a") == b"2"
         assert c.cmd("DBSIZE") == 1
-        assert other.cmd("GET", "a") == b"1"       # the shared client stays in db 0
-        assert c.cmd("GET", "a") == b"2"           # and the pinned one in db 1
+        assert other.cmd("GET", "a") == b"1"       # the other client stays in db 0
+        assert c.cmd("GET", "a") == b"2"           # and this one in db 1
+        with Conn(proxy.port) as third:
+            assert third.cmd("SELECT", "1") == b"OK"
+            assert third.cmd("GET", "a") == b"2"
+            # one shared connection per database, nothing of their own
+            wait_conns(redis_srv, 2, "one shared connection per database")
         dbs = sorted(e["db"] for e in proxy_conns(redis_srv))
         assert dbs == ["0", "1"], dbs
         assert other.cmd("DBSIZE") == 1
         with ctl(redis_srv) as direct:
             assert direct.cmd("SELECT", "1") == b"OK"
             assert direct.cmd("GET", "a") == b"2"
+        # What Redis refuses, Redis says, on a connection of the client's own.
+        assert c.cmd("SELECT", "99") == RespError(b"ERR DB index is out of range")
+        wait_conns(redis_srv, 3, "a refused SELECT: the client has its own connection")
+        assert c.cmd("GET", "a") == b"2"           # still in db 1 there
 
 
 def test_inline_select_pins_transparently(redis_srv, make_proxy):
@@ -774,7 +785,7 @@ def test_backend_restart_with_replies_owed(redis_srv, make_proxy):
     pinned = Conn(proxy.port)
     try:
         assert idle.cmd("PING") == b"PONG"
-        assert pinned.cmd("SELECT", "0") == b"OK"
+        assert pinned.cmd("CLIENT", "SETNAME", "pinned") == b"OK"
         wait_conns(redis_srv, 2, "shared + pinned")
         pause = ctl(redis_srv)
         assert pause.cmd("CLIENT", "PAUSE", "10000", "WRITE") == b"OK"
@@ -848,7 +859,7 @@ def test_shared_connection_over_unix_socket(tmp_path, make_redis, make_proxy):
         for i, c in enumerate(conns):
             assert c.replies(2) == [b"OK", b"%d" % i]
         wait_conns(r, 1, "five clients over the unix socket")
-        assert conns[0].cmd("SELECT", "3") == b"OK"
+        assert conns[0].cmd("CLIENT", "SETNAME", "pinned") == b"OK"
         wait_conns(r, 2, "one of them pinned")
         assert conns[1].cmd("GET", "u0") == b"0"
     finally:
@@ -964,7 +975,7 @@ def test_sigterm_with_shared_and_pinned_clients(redis_srv, make_proxy):
     busy = Conn(proxy.port)
     try:
         assert shared.cmd("PING") == b"PONG"
-        assert pinned.cmd("SELECT", "0") == b"OK"
+        assert pinned.cmd("CLIENT", "SETNAME", "pinned") == b"OK"
         busy.send(enc("DEBUG", "SLEEP", "0.3") + enc("ECHO", "done"))
         time.sleep(0.05)
         proxy.send_signal(signal.SIGTERM)

@@ -6,13 +6,35 @@
  * and fed one byte at a time; each way must find the same reply ends and the
  * same top-level types. The "captured" cases are bytes redis-server 7.0.15
  * sent (DEBUG PROTOCOL, HELLO 3, CLIENT TRACKING, pub/sub).
+ *
+ * Nesting has no limit: past RESP_INLINE_DEPTH levels the scanner moves its
+ * level stack to the heap, and must give it back when the reply ends, on an
+ * error, and in reply_scanner_free(). The tests check scanner.heap directly,
+ * and in a sanitizer build also ask LeakSanitizer (a leak it reports at exit
+ * would not fail a criterion test on its own).
  */
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "resp_reply.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HAVE_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HAVE_LSAN 1
+#endif
+#endif
+#ifdef HAVE_LSAN
+#include <sanitizer/lsan_interface.h>
+/* Fails the test if any block allocated so far is no longer referenced. */
+#define assert_no_leak() cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "memory leaked")
+#else
+#define assert_no_leak() ((void)0)
+#endif
 
 #define MAX_REPLIES 64
 
@@ -58,9 +80,11 @@ static void feed(const char *buf, size_t len, const size_t *cuts, size_t ncuts,
                 res->n = -1;
                 res->err = reply_scanner_error(&s);
                 cr_assert(res->err != NULL && res->err[0] != '\0');
-                /* The error sticks. */
+                /* The error sticks, and the level stack is gone. */
                 cr_assert_eq(reply_scan(&s, "+OK\r\n", 5, &done), -1);
                 cr_assert(!reply_scanner_idle(&s));
+                cr_assert_null(s.heap);
+                reply_scanner_free(&s);
                 return;
             }
             cr_assert(done == 0 || done == 1);
@@ -71,15 +95,22 @@ static void feed(const char *buf, size_t len, const size_t *cuts, size_t ncuts,
                 res->types[res->n] = reply_scanner_type(&s);
                 res->n++;
                 cr_assert(reply_scanner_idle(&s));
+                /* An idle scanner holds no heap memory. */
+                cr_assert_null(s.heap);
+                cr_assert_eq(s.depth, 0);
             } else {
                 cr_assert_eq((size_t)r, stop - off, "not done but consumed %zd of %zu",
                              r, stop - off);
                 cr_assert(!reply_scanner_idle(&s));
+                /* The heap stack exists only past the inline levels. */
+                cr_assert(s.heap != NULL || s.depth <= RESP_INLINE_DEPTH);
             }
             off += (size_t)r;
         }
         start = stop;
     }
+    /* The input may end inside a reply: the scanner's owner frees it. */
+    reply_scanner_free(&s);
 }
 
 static char *join(const struct part *parts, size_t *len, size_t *ends, char *types, int *n)
@@ -181,14 +212,17 @@ static void check_bad(const char *buf, size_t len, int good_before, const char *
         }
         cr_assert_eq(r, -1);
         cr_assert_eq(found, good_before);
+        cr_assert_null(s.heap);
+        reply_scanner_free(&s);
     }
 }
 
 #define BAD(lit, before, msg) check_bad(lit, sizeof(lit) - 1, before, msg)
 
+/* Embedded in every session: 568 bytes when the depth was capped at 128. */
 Test(reply, struct_is_small)
 {
-    cr_assert_lt(sizeof(struct reply_scanner), 600);
+    cr_assert_leq(sizeof(struct reply_scanner), 112, "%zu bytes", sizeof(struct reply_scanner));
 }
 
 Test(reply, empty_input)
@@ -286,17 +320,359 @@ Test(reply, nested)
     check_parts(p);
 }
 
-Test(reply, deep_nesting_within_limit)
-{
-    size_t len = RESP_MAX_DEPTH * 4 + 4;
-    char *buf = malloc(len + 1);
-    struct part p[2] = { { buf, len, '*' }, END };
+/* Every kind of level a deep reply is made of: what opens it, what closes
+ * it once the deeper part is over, and the type of a reply starting with it.
+ * The deeper part is the one element still owed. */
+static const struct {
+    const char *open, *close;
+    char type;
+} kinds[] = {
+    { "*1\r\n", "", '*' },
+    { "*?\r\n", ":2\r\n.\r\n", '*' },                 /* streamed, more after */
+    { "%1\r\n+k\r\n", "", '%' },                        /* deep map value */
+    { "|1\r\n+a\r\n+b\r\n*2\r\n", "_\r\n", '*' },      /* attribute, then an array */
+    { "~?\r\n", ".\r\n", '~' },
+    { "%?\r\n+k\r\n", "+k2\r\n:3\r\n.\r\n", '%' },       /* streamed map */
+    { ">2\r\n$1\r\nx\r\n", "", '>' },
+    { "|1\r\n", "+v\r\n:7\r\n", ':' },                /* deep attribute key */
+    { "*2\r\n$?\r\n;1\r\nx\r\n;0\r\n", "", '*' },     /* a streamed string first */
+};
+#define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
 
-    for (int i = 0; i < RESP_MAX_DEPTH; i++)
-        memcpy(buf + 4 * i, "*1\r\n", 4);
-    memcpy(buf + 4 * RESP_MAX_DEPTH, ":1\r\n", 4);
+/* One reply nested `depth` levels deep around ":0", level i of kind
+ * kind_of[i % nkind_of]. Returns a malloc'd buffer; *type is the reply's. */
+static char *deep_reply(size_t depth, const unsigned char *kind_of, size_t nkind_of, size_t *len,
+                        char *type)
+{
+    size_t n = 4, off = 0;
+    char *buf;
+
+    for (size_t i = 0; i < depth; i++) {
+        unsigned k = kind_of[i % nkind_of];
+
+        n += strlen(kinds[k].open) + strlen(kinds[k].close);
+    }
+    buf = malloc(n);
+    cr_assert_not_null(buf);
+    for (size_t i = 0; i < depth; i++) {
+        const char *o = kinds[kind_of[i % nkind_of]].open;
+
+        memcpy(buf + off, o, strlen(o));
+        off += strlen(o);
+    }
+    memcpy(buf + off, ":0\r\n", 4);
+    off += 4;
+    for (size_t i = depth; i-- > 0;) {
+        const char *c = kinds[kind_of[i % nkind_of]].close;
+
+        memcpy(buf + off, c, strlen(c));
+        off += strlen(c);
+    }
+    cr_assert_eq(off, n);
+    *len = n;
+    *type = depth ? kinds[kind_of[0]].type : ':';
+    return buf;
+}
+
+static const unsigned char only_arrays[] = { 0 };
+static const unsigned char all_kinds[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 };
+/* Attributes on the levels around the inline boundary, and on every level
+ * of the heap stack: their bits must survive the moves. */
+static const unsigned char attr_keys[] = { 7 };
+static const unsigned char attr_prefixes[] = { 3, 7, 3, 3, 7, 7, 7, 1 };
+
+/* Feed buf in pieces of pseudo-random sizes 1..max, from seed. */
+static void feed_random(const char *buf, size_t len, uint32_t seed, size_t max,
+                        struct scan_result *res)
+{
+    size_t ncuts = 0, *cuts = malloc((len + 1) * sizeof(*cuts));
+    uint32_t x = seed | 1;
+
+    for (size_t k = 0;;) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        k += 1 + x % max;
+        if (k >= len)
+            break;
+        cuts[ncuts++] = k;
+    }
+    feed(buf, len, cuts, ncuts, res);
+    free(cuts);
+}
+
+/* Depths on both sides of the inline size and of the heap stack's first
+ * doublings, back to back in one scanner: each reply gives its heap stack
+ * back and the next starts inline again. */
+Test(reply, nesting_around_inline_depth)
+{
+    static const size_t depths[] = {
+        RESP_INLINE_DEPTH - 1, RESP_INLINE_DEPTH, RESP_INLINE_DEPTH + 1, 0,
+        2 * RESP_INLINE_DEPTH, 2 * RESP_INLINE_DEPTH + 1, RESP_INLINE_DEPTH,
+        4 * RESP_INLINE_DEPTH + 1, 1,
+    };
+    struct part p[sizeof(depths) / sizeof(depths[0]) * 2 + 1];
+    int n = 0;
+
+    for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++) {
+        p[n].p = deep_reply(depths[i], i % 2 ? all_kinds : only_arrays,
+                            i % 2 ? NKINDS : 1, &p[n].n, &p[n].type);
+        n++;
+        p[n++] = (struct part)R("+OK\r\n", '+');
+    }
+    p[n] = (struct part)END;
     check_parts(p);
+    for (int i = 0; i < n; i += 2)
+        free((char *)p[i].p);
+    assert_no_leak();
+}
+
+/* 300 levels, past the inline size and two heap doublings, cut at every
+ * byte boundary and fed one byte at a time. */
+Test(reply, deep_300_every_split)
+{
+    struct part p[4];
+
+    p[0].p = deep_reply(300, only_arrays, 1, &p[0].n, &p[0].type);
+    p[1] = (struct part)R(":1\r\n", ':');
+    p[2].p = deep_reply(300, all_kinds, NKINDS, &p[2].n, &p[2].type);
+    p[3] = (struct part)END;
+    check_parts(p);
+    free((char *)p[0].p);
+    free((char *)p[2].p);
+    assert_no_leak();
+}
+
+/* RESP3 attributes at every depth beyond the inline size, attribute bits set
+ * on inline levels while the stack moves to the heap, and attributes whose
+ * key is itself deeply nested. */
+Test(reply, deep_attributes)
+{
+    struct part p[5];
+
+    p[0].p = deep_reply(150, attr_keys, 1, &p[0].n, &p[0].type);
+    cr_assert_eq(p[0].type, ':');
+    p[1].p = deep_reply(150, attr_prefixes, sizeof(attr_prefixes), &p[1].n, &p[1].type);
+    cr_assert_eq(p[1].type, '*');
+    /* the deep part inside an attribute's value, then the real reply */
+    p[2] = (struct part)R("|1\r\n+a\r\n"
+                          "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n"
+                          "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n"
+                          "|1\r\n+b\r\n+c\r\n*1\r\n|1\r\n+d\r\n+e\r\n:1\r\n"
+                          "%1\r\n:1\r\n:2\r\n", '%');
+    p[3] = (struct part)R("#t\r\n", '#');
+    p[4] = (struct part)END;
+    check_parts(p);
+    free((char *)p[0].p);
+    free((char *)p[1].p);
+}
+
+/* An attribute open on an inline level when the stack moves to the heap
+ * closes there: back inline, that level is an ordinary one again. */
+Test(reply, attr_bit_after_heap)
+{
+    static const struct part p[] = {
+        R("|1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n"
+          "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:0\r\n+v\r\n:1\r\n", ':'),
+        R("*2\r\n:1\r\n:2\r\n", '*'),
+        R("*1\r\n|1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n"
+          "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:0\r\n+v\r\n:1\r\n", '*'),
+        R("*1\r\n*2\r\n:1\r\n:2\r\n", '*'),
+        END
+    };
+    check_parts(p);
+}
+
+/* Streamed aggregates beyond the inline size: each '.' closes its own level,
+ * and a '.' where a counted level is on top is still refused. */
+Test(reply, deep_streamed)
+{
+    static const unsigned char streamed[] = { 1, 4, 5 };
+    static const unsigned char mixed[] = { 1, 0 };
+    struct part p[3];
+    size_t len;
+    char type, *buf;
+
+    p[0].p = deep_reply(200, streamed, sizeof(streamed), &p[0].n, &p[0].type);
+    p[1].p = deep_reply(201, mixed, sizeof(mixed), &p[1].n, &p[1].type);
+    p[2] = (struct part)END;
+    check_parts(p);
+    free((char *)p[0].p);
+    free((char *)p[1].p);
+
+    /* 100 levels, the innermost counted: "." there is an error */
+    buf = deep_reply(100, mixed, sizeof(mixed), &len, &type);
+    memcpy(buf + 2 * 4 * 50, ".\r\n", 3);
+    check_bad(buf, 2 * 4 * 50 + 3, 0, "'.' outside");
+    /* the streamed level above it takes one (then a stray LF is refused) */
+    memcpy(buf + 2 * 4 * 50 - 4, ".\r\n\n", 4);
+    check_bad(buf, 2 * 4 * 50, 0, "type");
     free(buf);
+    assert_no_leak();
+}
+
+/* Redis's own "Script return recursive object" test: EVAL of
+ * local a = {} local b = {a} a[1] = b return a
+ * gets *1 nested until the Lua stack limit (LUAI_MAXCSTACK, 8000 slots, about
+ * one a level), then the error, as one reply; the connection stays usable. */
+Test(reply, lua_recursive_table)
+{
+    static const char tail[] = "-ERR reached lua stack limit\r\n";
+    size_t depth = 8000, len = 4 * depth + sizeof(tail) - 1;
+    char *buf = malloc(len);
+    struct scan_result res;
+    size_t ends[2] = { len, len + 7 };
+    char types[2] = { '*', '+' };
+    char *both = malloc(len + 7);
+
+    for (size_t i = 0; i < depth; i++)
+        memcpy(buf + 4 * i, "*1\r\n", 4);
+    memcpy(buf + 4 * depth, tail, sizeof(tail) - 1);
+    memcpy(both, buf, len);
+    memcpy(both + len, "+PONG\r\n", 7);
+    feed(both, len + 7, NULL, 0, &res);
+    expect_same(&res, ends, types, 2, "whole");
+    for (uint32_t seed = 1; seed < 20; seed++) {
+        feed_random(both, len + 7, seed, seed % 2 ? 7 : 1500, &res);
+        expect_same(&res, ends, types, 2, "random pieces");
+    }
+    free(both);
+    free(buf);
+    assert_no_leak();
+}
+
+/* 100,000 levels (400 kB to 1.2 MB of input), whole and in
+ * pieces of random sizes; the scanner is idle with no heap memory after. */
+Test(reply, deep_100000_random_chunks)
+{
+    const unsigned char *shapes[] = { only_arrays, all_kinds, attr_prefixes };
+    size_t nshapes[] = { 1, NKINDS, sizeof(attr_prefixes) };
+
+    for (int sh = 0; sh < 3; sh++) {
+        size_t len, end;
+        char type;
+        char *buf = deep_reply(100000, shapes[sh], nshapes[sh], &len, &type);
+        struct scan_result res;
+
+        feed(buf, len, NULL, 0, &res);
+        end = len;
+        expect_same(&res, &end, &type, 1, "whole");
+        for (uint32_t seed = 1; seed <= 4; seed++) {
+            char how[32];
+
+            feed_random(buf, len, seed * 2654435761u, seed % 2 ? 13 : 70000, &res);
+            snprintf(how, sizeof(how), "shape %d, seed %u", sh, seed);
+            expect_same(&res, &end, &type, 1, how);
+        }
+        free(buf);
+    }
+    assert_no_leak();
+}
+
+/* State through a deep reply: no heap memory up to the inline depth, heap
+ * memory past it until the end, then idle, the type kept, nothing held, and
+ * the next reply scanned as usual. */
+Test(reply, deep_state_after_completion)
+{
+    size_t depth = 1000, len;
+    char type;
+    char *buf = deep_reply(depth, only_arrays, 1, &len, &type);
+    static const char shallow[] = "*2\r\n:1\r\n%1\r\n+a\r\n+b\r\n";
+    struct reply_scanner s;
+    int done;
+
+    reply_scanner_init(&s);
+    cr_assert_eq(reply_scan(&s, buf, 4 * RESP_INLINE_DEPTH, &done), 4 * RESP_INLINE_DEPTH);
+    cr_assert_eq(done, 0);
+    cr_assert_eq(s.depth, RESP_INLINE_DEPTH);
+    cr_assert_null(s.heap, "allocated at the inline depth");
+    cr_assert_eq(reply_scan(&s, buf + 4 * RESP_INLINE_DEPTH, 4, &done), 4);
+    cr_assert_eq(s.depth, RESP_INLINE_DEPTH + 1);
+    cr_assert_not_null(s.heap);
+    cr_assert_eq(reply_scanner_type(&s), '*');
+    cr_assert(!reply_scanner_idle(&s));
+    cr_assert_eq(reply_scan(&s, buf + 4 * RESP_INLINE_DEPTH + 4, len - 4 * RESP_INLINE_DEPTH - 4,
+                            &done),
+                 (ssize_t)(len - 4 * RESP_INLINE_DEPTH - 4));
+    cr_assert_eq(done, 1);
+    cr_assert(reply_scanner_idle(&s));
+    cr_assert_eq(reply_scanner_type(&s), '*');
+    cr_assert_str_eq(reply_scanner_error(&s), "no error");
+    cr_assert_null(s.heap);
+    cr_assert_eq(s.depth, 0);
+
+    /* Shallow replies after it: no allocation. */
+    cr_assert_eq(reply_scan(&s, shallow, sizeof(shallow) - 1, &done), (ssize_t)sizeof(shallow) - 1);
+    cr_assert_eq(done, 1);
+    cr_assert_eq(reply_scanner_type(&s), '*');
+    cr_assert_null(s.heap);
+    /* And a deep one again. */
+    cr_assert_eq(reply_scan(&s, buf, len, &done), (ssize_t)len);
+    cr_assert_eq(done, 1);
+    cr_assert_null(s.heap);
+    reply_scanner_free(&s);
+    free(buf);
+    assert_no_leak();
+}
+
+/* reply_scanner_free(): on a fresh, an idle, a failed and a mid-reply
+ * scanner, twice in a row; the scanner is as after init and usable again. */
+Test(reply, scanner_free)
+{
+    size_t len;
+    char type;
+    size_t alen;
+    char atype;
+    char *buf = deep_reply(5000, all_kinds, NKINDS, &len, &type);
+    char *arrays = deep_reply(5000, only_arrays, 1, &alen, &atype);
+    struct reply_scanner s;
+    int done;
+
+    reply_scanner_init(&s);
+    reply_scanner_free(&s);         /* just initialized */
+    reply_scanner_free(&s);         /* twice */
+    cr_assert(reply_scanner_idle(&s));
+    cr_assert_eq(reply_scan(&s, "+OK\r\n", 5, &done), 5);
+    cr_assert_eq(done, 1);
+    reply_scanner_free(&s);         /* idle after a reply */
+    cr_assert_eq(reply_scanner_type(&s), 0);
+
+    /* Dropped in the middle of a deep reply (the client went away). */
+    cr_assert_eq(reply_scan(&s, buf, len / 2, &done), (ssize_t)(len / 2));
+    cr_assert_eq(done, 0);
+    cr_assert_not_null(s.heap);
+    reply_scanner_free(&s);
+    cr_assert_null(s.heap);
+    cr_assert_eq(s.depth, 0);
+    cr_assert(reply_scanner_idle(&s));
+    cr_assert_eq(reply_scanner_type(&s), 0);
+    assert_no_leak();
+    /* usable at once, and after init again */
+    cr_assert_eq(reply_scan(&s, buf, len, &done), (ssize_t)len);
+    cr_assert_eq(done, 1);
+    cr_assert_eq(reply_scanner_type(&s), type);
+    cr_assert_eq(reply_scan(&s, buf, len - 1, &done), (ssize_t)(len - 1));
+    reply_scanner_free(&s);
+    reply_scanner_init(&s);
+    cr_assert_eq(reply_scan(&s, ":5\r\n", 4, &done), 4);
+    cr_assert_eq(done, 1);
+
+    /* A protocol error deep down gives the heap stack back at once. */
+    cr_assert_eq(reply_scan(&s, arrays, 4 * 3000, &done), 4 * 3000);
+    cr_assert_not_null(s.heap);
+    cr_assert_eq(reply_scan(&s, "?", 1, &done), -1);
+    cr_assert_null(s.heap);
+    cr_assert(!reply_scanner_idle(&s));
+    cr_assert(strstr(reply_scanner_error(&s), "type"));
+    reply_scanner_free(&s);         /* failed: reset, error gone */
+    cr_assert(reply_scanner_idle(&s));
+    cr_assert_str_eq(reply_scanner_error(&s), "no error");
+    cr_assert_eq(reply_scan(&s, "_\r\n", 3, &done), 3);
+    cr_assert_eq(done, 1);
+    reply_scanner_free(&s);
+    free(arrays);
+    free(buf);
+    assert_no_leak();
 }
 
 Test(reply, attributes)
@@ -557,17 +933,31 @@ Test(reply, malformed_streams)
     BAD("*?x\r\n", 0, "expected CRLF");
 }
 
-Test(reply, too_deep)
+/* Errors past the inline depth, in each kind of level. */
+Test(reply, malformed_deep)
 {
-    size_t len = (RESP_MAX_DEPTH + 1) * 4 + 4;
-    char *buf = malloc(len);
+    size_t len, opened = 0;
+    char type, *buf = deep_reply(40, all_kinds, NKINDS, &len, &type);
+    char *bad = malloc(len);
 
-    /* alternate counted and streamed arrays: any kind of level counts */
-    for (int i = 0; i <= RESP_MAX_DEPTH; i++)
-        memcpy(buf + 4 * i, i % 2 ? "*1\r\n" : "*?\r\n", 4);
-    memcpy(buf + 4 * (RESP_MAX_DEPTH + 1), ":1\r\n", 4);
-    check_bad(buf, len, 0, "too deep");
+    for (size_t i = 0; i < 40; i++)
+        opened += strlen(kinds[all_kinds[i % NKINDS]].open);
+    cr_assert_eq(memcmp(buf + opened, ":0\r\n", 4), 0);
+    /* a bad type byte instead of the innermost element */
+    memcpy(bad, buf, len);
+    bad[opened] = 'x';
+    check_bad(bad, len, 0, "invalid reply type byte");
+    /* a bad last byte, once most levels have closed */
+    memcpy(bad, buf, len);
+    bad[len - 1] = 'x';
+    check_bad(bad, len, 0, "CRLF");
+    /* a '.' where a counted level is on top */
+    memcpy(bad, buf, len);
+    memcpy(bad + opened, ".\r\n", 3);
+    check_bad(bad, opened + 3, 0, "'.' outside");
+    free(bad);
     free(buf);
+    assert_no_leak();
 }
 
 Test(reply, aggregate_too_long)

@@ -1,0 +1,296 @@
+/*
+ * backend: one connection to the backend (see the state diagram in backend.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "server.h"
+#include "stats.h"
+#include "util.h"
+
+static void bconn_set_state(struct bconn *b, enum bconn_state st)
+{
+    b->state = st;
+}
+
+void bconn_init(struct bconn *b, struct server *srv, const struct bconn_ops *ops, void *owner)
+{
+    memset(b, 0, sizeof *b);
+    b->srv = srv;
+    b->ops = ops;
+    b->owner = owner;
+    b->counts = 1;
+    reply_scanner_init(&b->rs);
+}
+
+static void on_bconn_closed(uv_handle_t *h)
+{
+    struct bconn *b = h->data;
+    if (b->counted) {
+        b->counted = 0;
+        stats_proxy.backend_connections--;
+    }
+    reply_scanner_free(&b->rs);
+    bconn_set_state(b, BC_IDLE);
+    b->ops->closed(b);
+}
+
+static void bconn_close_handle(struct bconn *b)
+{
+    bconn_read_stop(b);
+    bconn_set_state(b, BC_CLOSING);
+    uv_close(&b->h.handle, on_bconn_closed);
+}
+
+void bconn_close(struct bconn *b)
+{
+    if (b->state == BC_IDLE || b->state == BC_CLOSING)
+        return;
+    bconn_close_handle(b);
+}
+
+/* The connection failed. Before it was ready that is a backend the clients
+ * cannot have: srv->down_reason says why, in the words they get. */
+static void bconn_fail(struct bconn *b, const char *why, int reason_set)
+{
+    struct server *srv = b->srv;
+    if (b->state == BC_IDLE || b->state == BC_CLOSING)
+        return;
+    int was_ready = b->state == BC_READY;
+    if (!was_ready) {
+        srv->stats.backend_connect_errors++;
+        server_backend_failed(srv);
+        if (!reason_set) {
+            snprintf(srv->down_reason, sizeof srv->down_reason,
+                     "ERR ttlguard: backend %s unavailable: %s", srv->backend_name, why);
+            log_warn("backend %s unavailable: %s", srv->backend_name, why);
+        }
+    }
+    bconn_close_handle(b);
+    b->ops->failed(b, why, was_ready);
+}
+
+static void on_bconn_written(void *ctx, uv_stream_t *dst, int status)
+{
+    struct bconn *b = ctx;
+    if (status < 0) {
+        if (status != UV_ECANCELED)
+            bconn_fail(b, uv_strerror(status), 0);
+        return;
+    }
+    if (b->state != BC_CLOSING && b->state != BC_IDLE)
+        b->ops->written(b, status);
+}
+
+int bconn_write(struct bconn *b, struct wbatch *wb)
+{
+    int r = wbatch_flush(wb, &b->h.stream, on_bconn_written, b);
+    if (r < 0)
+        bconn_fail(b, uv_strerror(r), 0);
+    return r;
+}
+
+int bconn_write_bytes(struct bconn *b, const char *p, size_t n)
+{
+    int r = stream_write(&b->h.stream, p, n, on_bconn_written, b);
+    if (r < 0)
+        bconn_fail(b, uv_strerror(r), 0);
+    return r;
+}
+
+size_t bconn_backlog(const struct bconn *b)
+{
+    return b->state == BC_IDLE ? 0 : uv_stream_get_write_queue_size(&b->h.stream);
+}
+
+/* The answer to the proxy's AUTH: +OK makes the connection ready. */
+static void handshake_reply(struct bconn *b, const char *p, size_t n, int done, char type)
+{
+    static char text[200];          /* callbacks do not nest: one is enough */
+    static size_t tlen;
+    size_t k = n < sizeof text - 1 - tlen ? n : sizeof text - 1 - tlen;
+    memcpy(text + tlen, p, k);
+    tlen += k;
+    if (!done)
+        return;
+    size_t len = tlen;
+    tlen = 0;
+    if (type == '+') {
+        bconn_set_state(b, BC_READY);
+        b->ops->ready(b);
+        return;
+    }
+    while (len > 0 && (text[len - 1] == '\r' || text[len - 1] == '\n'))
+        len--;
+    struct server *srv = b->srv;
+    snprintf(srv->down_reason, sizeof srv->down_reason,
+             "ERR ttlguard: backend %s refused the proxy's AUTH: %.*s",
+             srv->backend_name, len > 1 ? (int)len - 1 : 0, text + 1);
+    log_error("%s", srv->down_reason + 4);
+    bconn_fail(b, "AUTH refused", 1);
+}
+
+static void bconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct bconn *b = h->data;
+    buf->base = b->srv->rbuf;
+    buf->len = b->srv->rbuf_size;
+}
+
+static void bconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct bconn *b = st->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        bconn_fail(b, nread == UV_EOF ? "closed by the server" : uv_strerror((int)nread), 0);
+        return;
+    }
+    loop_clock_update();
+    b->srv->stats.bytes_from_backends += (uint64_t)nread;
+    const char *p = buf->base;
+    size_t left = (size_t)nread;
+    while (left > 0 && b->state >= BC_HANDSHAKE && b->state <= BC_READY) {
+        if (b->raw) {
+            b->ops->reply(b, p, left, 0, 0, 0);
+            break;
+        }
+        int start = reply_scanner_idle(&b->rs);
+        int done = 0;
+        ssize_t used = reply_scan(&b->rs, p, left, &done);
+        if (used < 0) {
+            log_warn("backend protocol error: %s", reply_scanner_error(&b->rs));
+            bconn_fail(b, "protocol error", 0);
+            return;
+        }
+        char type = reply_scanner_type(&b->rs);
+        if (b->state == BC_HANDSHAKE)
+            handshake_reply(b, p, (size_t)used, done, type);
+        else
+            b->ops->reply(b, p, (size_t)used, done, type, start);
+        p += used;
+        left -= (size_t)used;
+    }
+    if (b->state == BC_READY)
+        b->ops->read_end(b);
+}
+
+void bconn_read_start(struct bconn *b)
+{
+    if (b->reading || (b->state != BC_READY && b->state != BC_HANDSHAKE))
+        return;
+    if (uv_read_start(&b->h.stream, bconn_alloc, bconn_on_read) == 0)
+        b->reading = 1;
+}
+
+void bconn_read_stop(struct bconn *b)
+{
+    if (!b->reading)
+        return;
+    uv_read_stop(&b->h.stream);
+    b->reading = 0;
+}
+
+/* The proxy's AUTH (backend_username, backend_password) as a request. */
+static void send_auth(struct bconn *b)
+{
+    const struct config *cfg = b->srv->cfg;
+    const char *user = cfg->backend_username, *pass = cfg->backend_password;
+    size_t cap = 64 + (user ? strlen(user) : 0) + strlen(pass);
+    char *req = xmalloc(cap);
+    int n;
+    if (user != NULL)
+        n = snprintf(req, cap, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n",
+                     strlen(user), user, strlen(pass), pass);
+    else
+        n = snprintf(req, cap, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n", strlen(pass), pass);
+    bconn_write_bytes(b, req, (size_t)n);
+    free(req);
+}
+
+static void on_bconn_connect(uv_connect_t *req, int status)
+{
+    struct bconn *b = req->data;
+    if (b->state != BC_CONNECTING)
+        return;             /* closed meanwhile (connect timeout) */
+    if (status < 0) {
+        bconn_fail(b, uv_strerror(status), 0);
+        return;
+    }
+    b->srv->stats.backend_connects++;
+    if (b->counts) {
+        b->counted = 1;
+        stats_proxy.backend_connections++;
+    }
+    if (b->h.handle.type == UV_TCP)
+        uv_tcp_nodelay(&b->h.tcp, 1);
+    if (b->auth) {
+        bconn_set_state(b, BC_HANDSHAKE);
+        bconn_read_start(b);
+        send_auth(b);
+        return;
+    }
+    bconn_set_state(b, BC_READY);
+    bconn_read_start(b);
+    b->ops->ready(b);
+}
+
+void bconn_connect(struct bconn *b, int with_auth)
+{
+    struct server *srv = b->srv;
+    ASSERT(b->state == BC_IDLE);
+    b->auth = with_auth && srv->cfg->backend_password != NULL;
+    b->raw = 0;
+    b->started = now_ms_monotonic();
+    reply_scanner_init(&b->rs);
+    bconn_set_state(b, BC_CONNECTING);
+    if (srv->backend_addr.is_unix) {
+        uv_pipe_init(srv->loop, &b->h.pipe, 0);
+        b->h.handle.data = b;
+        b->creq.data = b;
+        uv_pipe_connect(&b->creq, &b->h.pipe, srv->backend_addr.host, on_bconn_connect);
+        return;
+    }
+    uv_tcp_init(srv->loop, &b->h.tcp);
+    b->h.handle.data = b;
+    b->creq.data = b;
+    if (!srv->backend_sa_ok) {
+        bconn_fail(b, "cannot resolve the host name", 0);
+        return;
+    }
+    int r = uv_tcp_connect(&b->creq, &b->h.tcp, (struct sockaddr *)&srv->backend_sa,
+                           on_bconn_connect);
+    if (r < 0)
+        bconn_fail(b, uv_strerror(r), 0);
+}
+
+static void on_bconn_shutdown(uv_shutdown_t *req, int status)
+{
+    /* Nothing to do: the backend closes its side when it has answered. */
+}
+
+void bconn_shutdown(struct bconn *b)
+{
+    if (b->state != BC_READY)
+        return;
+    b->sreq.data = b;
+    if (uv_shutdown(&b->sreq, &b->h.stream, on_bconn_shutdown) < 0)
+        bconn_fail(b, "shutdown failed", 0);
+}
+
+void bconn_cron(struct bconn *b, uint64_t now)
+{
+    unsigned timeout = b->srv->cfg->connect_timeout;
+    if ((b->state == BC_CONNECTING || b->state == BC_HANDSHAKE) && now - b->started >= timeout) {
+        char why[64];
+        snprintf(why, sizeof why, "connect timed out after %u ms", timeout);
+        bconn_fail(b, why, 0);
+    }
+}
+
+void bconn_set_raw(struct bconn *b)
+{
+    b->raw = 1;
+}

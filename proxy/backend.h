@@ -1,0 +1,103 @@
+/*
+ * backend: one connection to the backend, whoever owns it.
+ *
+ * Written once and used three ways: a session's own connection (1:1), the
+ * shared connection (mux.c) and the proxy's control connection (control.c).
+ *
+ *   bconn_connect ──▶ CONNECTING ──▶ HANDSHAKE ──▶ READY ──▶ (lost) ──▶ CLOSING ──▶ IDLE
+ *                         │ connect      │ the proxy's     │ replies framed and
+ *                         │ timeout      │ AUTH answered   │ handed to ops->reply
+ *                         └──────────────┴─────────────────┴──▶ ops->failed, then ops->closed
+ *
+ * The state changes only in bconn_set_state() (backend.c). The owner sees:
+ *   ready    the connection is usable (AUTH with backend_password done);
+ *   reply    bytes of one reply as they arrive: `start` on its first bytes,
+ *            `done` on its last; the reply framer (resp_reply) finds the ends,
+ *            or, in raw mode (a replication stream), nothing is framed and
+ *            every byte is handed over as it comes;
+ *   read_end after every read, once all of its replies were handed over;
+ *   failed   the connect failed (was_ready = 0: srv->down_reason says why, in
+ *            the words clients get) or the connection was lost after ready;
+ *            the handle is already closing;
+ *   closed   the handle is closed: the owner may free the bconn or connect it
+ *            again.
+ * Reads go to the loop's shared read buffer: the bytes given to `reply` are
+ * valid until read_end returns.
+ */
+#ifndef TTLG_BACKEND_H
+#define TTLG_BACKEND_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "resp_reply.h"
+#include "wbatch.h"
+
+struct server;
+struct bconn;
+
+enum bconn_state {
+    BC_IDLE,        /* no handle */
+    BC_CONNECTING,  /* connect in flight */
+    BC_HANDSHAKE,   /* the proxy's AUTH is not answered yet */
+    BC_READY,       /* usable */
+    BC_CLOSING,     /* uv_close in flight */
+};
+
+struct bconn_ops {
+    void (*ready)(struct bconn *b);
+    void (*reply)(struct bconn *b, const char *p, size_t n, int done, char type, int start);
+    void (*read_end)(struct bconn *b);
+    void (*failed)(struct bconn *b, const char *why, int was_ready);
+    void (*closed)(struct bconn *b);
+    void (*written)(struct bconn *b, int status);   /* a queued write finished */
+};
+
+struct bconn {
+    union stream h;
+    uv_connect_t creq;
+    uv_shutdown_t sreq;
+    struct server *srv;
+    const struct bconn_ops *ops;
+    void *owner;
+    unsigned char state;            /* enum bconn_state */
+    unsigned reading:1;             /* uv_read_start active */
+    unsigned counts:1;              /* serves clients: counted in stats_proxy.backend_connections
+                                       while open (set by bconn_init; control clears it) */
+    unsigned counted:1;             /* counted now */
+    unsigned raw:1;                 /* replication stream: bytes are not framed */
+    unsigned auth:1;                /* send the proxy's AUTH on connect (backend_password) */
+    uint64_t started;               /* monotonic ms of the connect */
+    struct reply_scanner rs;
+};
+
+void bconn_init(struct bconn *b, struct server *srv, const struct bconn_ops *ops, void *owner);
+
+/* Open the connection (state must be BC_IDLE). with_auth: send the proxy's
+ * AUTH first when backend_password is set. A failure is reported through
+ * ops->failed, possibly before this returns. */
+void bconn_connect(struct bconn *b, int with_auth);
+
+/* Write what wb gathered; a failure closes the connection (ops->failed). */
+int bconn_write(struct bconn *b, struct wbatch *wb);
+int bconn_write_bytes(struct bconn *b, const char *p, size_t n);
+
+void bconn_read_start(struct bconn *b);
+void bconn_read_stop(struct bconn *b);
+
+/* Bytes queued towards the backend and not yet written. */
+size_t bconn_backlog(const struct bconn *b);
+
+/* Close (no callback but ops->closed). Safe in any state. */
+void bconn_close(struct bconn *b);
+
+/* Half-close: the backend finishes what it read, then closes its side. */
+void bconn_shutdown(struct bconn *b);
+
+/* Connect and handshake timeout. */
+void bconn_cron(struct bconn *b, uint64_t now);
+
+/* From now on replies are not framed: the connection relays a replication stream. */
+void bconn_set_raw(struct bconn *b);
+
+#endif

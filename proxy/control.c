@@ -1,0 +1,276 @@
+/*
+ * control: the proxy's own connection to the backend (see control.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "control.h"
+#include "events.h"
+#include "policy.h"
+#include "server.h"
+#include "util.h"
+
+#define RETRY_MS    1000
+#define ACL_MS      1000
+#define OWED_MAX    16
+#define REPLY_KEEP  (64 * 1024)     /* an ACL GETUSER reply, at most */
+
+enum probe { PR_PING, PR_AUTH, PR_NAME, PR_DATABASES, PR_POLICY, PR_ACL };
+
+static struct control {
+    struct server *srv;
+    struct bconn be;
+    unsigned char owed[OWED_MAX];   /* the replies owed, in order (enum probe) */
+    int head, n;
+    char *buf;                      /* the reply being read, up to REPLY_KEEP bytes */
+    size_t len;
+    int started, stopping;
+    int want_policy, want_auth;     /* asked while not connected, or asked again */
+    uint64_t retry_at, acl_at;      /* monotonic ms */
+} ctl;
+
+static void send_probe(enum probe what)
+{
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    static const char policy[] = "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$16\r\nmaxmemory-policy\r\n";
+    static const char dbs[] = "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$9\r\ndatabases\r\n";
+    static const char acl[] = "*3\r\n$3\r\nACL\r\n$7\r\nGETUSER\r\n$7\r\ndefault\r\n";
+    static const char name[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$" CONTROL_NAME_LEN "\r\n"
+                               CONTROL_NAME "\r\n";
+    if (ctl.be.state != BC_READY || ctl.n == OWED_MAX)
+        return;
+    const struct config *cfg = ctl.srv->cfg;
+    char *auth = NULL;
+    const char *p;
+    size_t n;
+    switch (what) {
+    case PR_PING:   p = ping; n = sizeof ping - 1; break;
+    case PR_POLICY: p = policy; n = sizeof policy - 1; break;
+    case PR_ACL:    p = acl; n = sizeof acl - 1; break;
+    case PR_NAME:   p = name; n = sizeof name - 1; break;
+    case PR_DATABASES: p = dbs; n = sizeof dbs - 1; break;
+    case PR_AUTH:
+    default: {
+        const char *user = cfg->backend_username, *pass = cfg->backend_password;
+        size_t cap = 64 + (user ? strlen(user) : 0) + strlen(pass);
+        auth = xmalloc(cap);
+        n = (size_t)(user ? snprintf(auth, cap, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n",
+                                     strlen(user), user, strlen(pass), pass)
+                          : snprintf(auth, cap, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n",
+                                     strlen(pass), pass));
+        p = auth;
+        break;
+    }
+    }
+    ctl.owed[(ctl.head + ctl.n) % OWED_MAX] = (unsigned char)what;
+    ctl.n++;
+    bconn_write_bytes(&ctl.be, p, n);
+    free(auth);
+}
+
+static void flush_wants(void)
+{
+    if (ctl.want_policy && !policy_inactive(ctl.srv->cfg))
+        send_probe(PR_POLICY);
+    if (ctl.want_auth)
+        send_probe(PR_ACL);
+    ctl.want_policy = ctl.want_auth = 0;
+}
+
+/* The value in the reply to CONFIG GET <one name> (*2 $N name $M value),
+ * into out (NUL-terminated); "" when it is not that. */
+static void config_value(const char *name, char *out, size_t outlen)
+{
+    char hdr[64];
+    int hl = snprintf(hdr, sizeof hdr, "*2\r\n$%zu\r\n%s\r\n$", strlen(name), name);
+    out[0] = '\0';
+    if (ctl.len <= (size_t)hl || memcmp(ctl.buf, hdr, (size_t)hl) != 0)
+        return;
+    const char *nl = memchr(ctl.buf + hl, '\n', ctl.len - (size_t)hl);
+    if (nl == NULL)
+        return;
+    const char *cr = memchr(nl + 1, '\r', (size_t)(ctl.buf + ctl.len - (nl + 1)));
+    if (cr != NULL && (size_t)(cr - (nl + 1)) < outlen) {
+        memcpy(out, nl + 1, (size_t)(cr - (nl + 1)));
+        out[cr - (nl + 1)] = '\0';
+    }
+}
+
+/* CONFIG GET databases: how many a SELECT of a shared session may pick
+ * (0: unknown, every SELECT then gets a connection of its own). */
+static void databases_seen(char type)
+{
+    char v[16];
+    config_value("databases", v, sizeof v);
+    ctl.srv->databases = type == '*' ? atoi(v) : 0;
+}
+
+/* The reply to CONFIG GET maxmemory-policy, reported when it changed. */
+static void policy_seen(char type)
+{
+    struct server *srv = ctl.srv;
+    char policy[32] = "";
+    const char *why = NULL;
+
+    if (type == '*')
+        config_value("maxmemory-policy", policy, sizeof policy);
+    if (policy[0] == '\0')
+        why = type == '-' ? "CONFIG GET refused by the backend" : "unexpected reply to CONFIG GET";
+    if (strcmp(policy, srv->backend_policy) == 0 && (why == NULL) == srv->backend_policy_known)
+        return;
+    snprintf(srv->backend_policy, sizeof srv->backend_policy, "%s", policy);
+    srv->backend_policy_known = why == NULL;
+    events_backend_policy(srv->cfg, why ? NULL : policy, why);
+}
+
+/* ACL GETUSER default: a password set since the last look means clients
+ * must authenticate (an error, e.g. no permission for ACL, teaches nothing). */
+static void acl_seen(char type)
+{
+    struct server *srv = ctl.srv;
+    if (type != '*')
+        return;
+    int open = memmem(ctl.buf, ctl.len, "$6\r\nnopass\r\n", 12) != NULL &&
+               memmem(ctl.buf, ctl.len, "$2\r\non\r\n", 8) != NULL;
+    if (!open && !srv->clients_must_auth)
+        log_warn("the default user of %s now needs a password: clients must authenticate "
+                 "and nothing is shared", srv->backend_name);
+    srv->clients_must_auth = !open;
+}
+
+static void ctl_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
+{
+    if (start)
+        ctl.len = 0;
+    if (ctl.len + n <= REPLY_KEEP) {
+        ctl.buf = xrealloc(ctl.buf, ctl.len + n);
+        memcpy(ctl.buf + ctl.len, p, n);
+        ctl.len += n;
+    }
+    if (!done || ctl.n == 0)
+        return;
+    enum probe what = ctl.owed[ctl.head];
+    ctl.head = (ctl.head + 1) % OWED_MAX;
+    ctl.n--;
+    switch (what) {
+    case PR_PING:
+        ctl.srv->clients_must_auth = type == '-' && ctl.len >= 7 &&
+                                     memcmp(ctl.buf, "-NOAUTH", 7) == 0;
+        ctl.srv->auth_known = 1;
+        break;
+    case PR_AUTH:
+    case PR_NAME:
+        break;              /* a refusal shows in the probes after it, and to clients */
+    case PR_DATABASES:
+        databases_seen(type);
+        break;
+    case PR_POLICY:
+        policy_seen(type);
+        break;
+    case PR_ACL:
+        acl_seen(type);
+        break;
+    }
+    if (ctl.len > 4096) {
+        free(ctl.buf);
+        ctl.buf = NULL;
+    }
+    ctl.len = 0;
+}
+
+static void ctl_ready(struct bconn *b)
+{
+    ctl.head = ctl.n = 0;
+    send_probe(PR_PING);
+    if (ctl.srv->cfg->backend_password != NULL)
+        send_probe(PR_AUTH);
+    send_probe(PR_NAME);
+    send_probe(PR_DATABASES);
+    ctl.want_policy = 1;
+    flush_wants();
+}
+
+static void ctl_read_end(struct bconn *b)
+{
+}
+
+static void ctl_failed(struct bconn *b, const char *why, int was_ready)
+{
+    if (was_ready)
+        log_debug("control connection lost: %s", why);
+    ctl.retry_at = now_ms_monotonic() + RETRY_MS;
+}
+
+static void ctl_closed(struct bconn *b)
+{
+    ctl.n = 0;
+    if (!ctl.stopping && ctl.retry_at == 0)
+        bconn_connect(&ctl.be, 0);      /* closed on purpose: the backend changed */
+}
+
+static void ctl_written(struct bconn *b, int status)
+{
+}
+
+static const struct bconn_ops ctl_ops = {
+    ctl_ready, ctl_reply, ctl_read_end, ctl_failed, ctl_closed, ctl_written,
+};
+
+void control_start(struct server *srv)
+{
+    ctl.srv = srv;
+    ctl.started = 1;
+    bconn_init(&ctl.be, srv, &ctl_ops, &ctl);
+    ctl.be.counts = 0;
+    bconn_connect(&ctl.be, 0);
+}
+
+void control_stop(void)
+{
+    if (!ctl.started)
+        return;
+    ctl.stopping = 1;
+    bconn_close(&ctl.be);
+    free(ctl.buf);
+    ctl.buf = NULL;
+}
+
+void control_probe_policy(void)
+{
+    ctl.want_policy = 1;
+    flush_wants();
+}
+
+static void control_probe_auth(void)
+{
+    ctl.want_auth = 1;
+    flush_wants();
+}
+
+void control_cron(uint64_t now, int sharing)
+{
+    if (!ctl.started || ctl.stopping)
+        return;
+    bconn_cron(&ctl.be, now);
+    if (ctl.be.state == BC_IDLE && now >= ctl.retry_at) {
+        ctl.retry_at = 0;
+        bconn_connect(&ctl.be, 0);
+        return;
+    }
+    if (sharing && ctl.be.state == BC_READY && now - ctl.acl_at >= ACL_MS) {
+        ctl.acl_at = now;
+        control_probe_auth();
+    }
+}
+
+void control_backend_changed(void)
+{
+    ctl.srv->auth_known = 0;
+    ctl.retry_at = 0;
+    if (ctl.be.state == BC_IDLE)
+        bconn_connect(&ctl.be, 0);
+    else
+        bconn_close(&ctl.be);           /* ctl_closed connects to the new address */
+}

@@ -1,0 +1,334 @@
+/*
+ * mux: the shared backend connection (multiplex = on).
+ *
+ * Sessions that only send stateless commands share one backend connection,
+ * as twemproxy does: their requests are gathered into one write per loop
+ * iteration (uv_check), Redis answers them in order, and a FIFO with one
+ * entry per reply says whose reply comes next. That saves the proxy a read
+ * and a write per request, and Redis as many.
+ *
+ *   session A ─┐ mux_append: bytes -> out, one FIFO entry per reply owed
+ *   session B ─┼──────────────▶ out ──(uv_check: one write)──▶ bconn ──▶ Redis
+ *   session C ─┘                                                  │
+ *               ◀── session_reply(entry's session) ◀── FIFO head ◀┘
+ *
+ * The first request that would give the connection state of its own
+ * (CS_PIN in the command table: SELECT, AUTH, HELLO, MULTI, WATCH, CLIENT,
+ * blocking commands, pub/sub, MONITOR, unknown commands, ...) makes the
+ * session leave: it stops reading, waits for the replies it is owed here,
+ * then opens a connection of its own and goes on 1:1 from that request. So
+ * no client ever sees a difference in what its commands do.
+ *
+ * Connection state that does not need a connection of its own: there is
+ * one shared connection per database x protocol, opened on first use with
+ * SELECT and HELLO 3 of its own (FIFO entries FE_INTERNAL: their replies
+ * are the proxy's). A session that SELECTs a database or says HELLO 2/3 moves
+ * to the connection of its new state (session.c, carry_state()), once it is
+ * owed nothing where it is, so that its replies never come from two
+ * connections at once.
+ *
+ * The connection itself is a bconn (backend.c): connect, the proxy's AUTH,
+ * reads and failure are the same code as a session's own connection. It may
+ * be shared only while Redis asks no AUTH of clients (or the proxy logs in
+ * for them): the control connection finds out (control.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "control.h"
+#include "mux.h"
+#include "server.h"
+#include "session_int.h"
+#include "util.h"
+
+/* Whose reply is next. */
+enum fifo_kind {
+    FE_SESSION,     /* the reply goes to `s` */
+    FE_GONE,        /* its session closed: read and dropped */
+    FE_INTERNAL,    /* the reply to the connection's own SELECT or HELLO: dropped */
+};
+
+struct fifo_entry {
+    unsigned char kind;     /* enum fifo_kind */
+    struct session *s;
+};
+
+struct mux {
+    struct mux *next;               /* mux_list */
+    int db;                         /* the state every session on it shares */
+    int resp3;
+    struct server *srv;
+    struct bconn be;
+    uv_check_t flusher;             /* writes `out` once per loop iteration */
+    int paused;                     /* clients stopped: too many bytes not yet written */
+    int failed;                     /* closing: no new requests */
+    int handles;                    /* be and flusher; freed at 0 */
+    struct fifo_entry *fifo;
+    uint32_t fhead, flen, fcap;
+    char *out;                      /* requests not yet written */
+    size_t outlen, outcap;
+};
+
+static struct mux *mux_list;        /* the open shared connections, one per db x protocol */
+
+static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int n)
+{
+    while (n-- > 0) {
+        if (m->flen == m->fcap) {
+            uint32_t ncap = m->fcap ? m->fcap * 2 : 256;
+            struct fifo_entry *nf = xmalloc(sizeof *nf * ncap);
+            for (uint32_t i = 0; i < m->flen; i++)
+                nf[i] = m->fifo[(m->fhead + i) % m->fcap];
+            free(m->fifo);
+            m->fifo = nf;
+            m->fhead = 0;
+            m->fcap = ncap;
+        }
+        m->fifo[(m->fhead + m->flen) % m->fcap] = (struct fifo_entry){ kind, s };
+        m->flen++;
+    }
+}
+
+static void out_add(struct mux *m, const char *p, size_t n)
+{
+    if (m->outlen + n > m->outcap) {
+        m->outcap = (m->outlen + n) * 2;
+        m->out = xrealloc(m->out, m->outcap);
+    }
+    memcpy(m->out + m->outlen, p, n);
+    m->outlen += n;
+}
+
+static void mux_handle_closed(struct mux *m)
+{
+    if (--m->handles > 0)
+        return;
+    free(m->fifo);
+    free(m->out);
+    free(m);
+}
+
+static void on_flusher_closed(uv_handle_t *h)
+{
+    mux_handle_closed(h->data);
+}
+
+/* The shared connection failed or closed: sessions owed replies on it end
+ * as they would with their own connection (what was received, then EOF). */
+static void mux_fail(struct mux *m, const char *why, int was_ready)
+{
+    if (m->failed)
+        return;
+    m->failed = 1;
+    for (struct mux **pp = &mux_list; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    log_warn("shared backend connection (db %d, RESP%d): %s", m->db, m->resp3 ? 3 : 2, why);
+    for (uint32_t i = 0; i < m->flen; i++) {
+        struct fifo_entry *e = &m->fifo[(m->fhead + i) % m->fcap];
+        if (e->kind == FE_SESSION)
+            session_shared_lost(e->s, was_ready);
+        e->kind = FE_GONE;
+    }
+    m->flen = 0;
+    for (struct session *s = m->srv->sessions; s != NULL; s = s->next)
+        if (s->mux == m)
+            s->mux = NULL;
+    bconn_close(&m->be);
+    uv_close((uv_handle_t *)&m->flusher, on_flusher_closed);
+}
+
+/* Bytes for Redis not yet written on the shared connection. */
+static size_t mux_backlog(const struct mux *m)
+{
+    return m->outlen + bconn_backlog(&m->be);
+}
+
+int mux_paused(const struct session *s)
+{
+    return s->mux != NULL && s->mux->paused;
+}
+
+int mux_in_use(void)
+{
+    return mux_list != NULL;
+}
+
+int mux_shareable(struct server *srv)
+{
+    return srv->auth_known && (srv->cfg->backend_password != NULL || !srv->clients_must_auth);
+}
+
+/* The shared connection drained: clients paused for it read again. */
+static void mux_resume(struct mux *m)
+{
+    if (!m->paused || mux_backlog(m) > m->srv->cfg->max_buffer / 2)
+        return;
+    m->paused = 0;
+    for (struct session *s = m->srv->sessions; s != NULL; s = s->next)
+        if (s->mode == SM_SHARED && s->mux == m && !s->client_reading)
+            session_resume(s);
+}
+
+static void on_mux_check(uv_check_t *h)
+{
+    struct mux *m = h->data;
+    uv_check_stop(h);
+    if (m->be.state != BC_READY || m->failed || m->outlen == 0)
+        return;
+    size_t n = m->outlen;
+    m->outlen = 0;
+    if (bconn_write_bytes(&m->be, m->out, n) < 0)
+        return;
+    if (m->outcap > 1024 * 1024) {
+        free(m->out);
+        m->out = NULL;
+        m->outcap = 0;
+    }
+    mux_resume(m);
+}
+
+static void mux_ready(struct bconn *b)
+{
+    struct mux *m = b->owner;
+    if (m->outlen > 0)
+        uv_check_start(&m->flusher, on_mux_check);
+}
+
+static void mux_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
+{
+    struct mux *m = b->owner;
+    struct fifo_entry *e = m->flen ? &m->fifo[m->fhead] : NULL;
+    if (e != NULL && e->kind == FE_SESSION)
+        session_reply(e->s, p, n, done, type, start);
+    /* A push (`DEBUG PROTOCOL push`: pub/sub and tracking pin) goes to the
+     * session whose reply comes next, and the reply still does. */
+    if (!done || e == NULL || type == '>')
+        return;                     /* e NULL: unsolicited (an error before a close) */
+    struct fifo_entry head = *e;
+    m->fhead = (m->fhead + 1) % m->fcap;
+    m->flen--;
+    if (head.kind == FE_SESSION)
+        session_settle(head.s);
+}
+
+static void mux_read_end(struct bconn *b)
+{
+    session_flush_client();
+}
+
+static void mux_failed(struct bconn *b, const char *why, int was_ready)
+{
+    mux_fail(b->owner, why, was_ready);
+}
+
+static void mux_closed(struct bconn *b)
+{
+    mux_handle_closed(b->owner);
+}
+
+static void mux_written(struct bconn *b, int status)
+{
+    struct mux *m = b->owner;
+    if (!m->failed)
+        mux_resume(m);
+}
+
+static const struct bconn_ops mux_ops = {
+    mux_ready, mux_reply, mux_read_end, mux_failed, mux_closed, mux_written,
+};
+
+/* The connection's own state, before any session's bytes. */
+static void mux_handshake(struct mux *m)
+{
+    char sel[64];
+    static const char hello3[] = "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n";
+    if (m->db != 0) {
+        char num[24];
+        int n = snprintf(num, sizeof num, "%d", m->db);
+        int len = snprintf(sel, sizeof sel, "*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n", n, num);
+        out_add(m, sel, (size_t)len);
+        fifo_push(m, FE_INTERNAL, NULL, 1);
+    }
+    if (m->resp3) {
+        out_add(m, hello3, sizeof hello3 - 1);
+        fifo_push(m, FE_INTERNAL, NULL, 1);
+    }
+}
+
+/* The shared connection for db x protocol, opened on first use. NULL when
+ * it cannot be. */
+static struct mux *mux_get(struct server *srv, int db, int resp3)
+{
+    for (struct mux *m = mux_list; m != NULL; m = m->next)
+        if (m->db == db && m->resp3 == resp3)
+            return m;
+    if (!srv->backend_addr.is_unix && !srv->backend_sa_ok)
+        return NULL;
+    struct mux *m = xcalloc(1, sizeof *m);
+    m->srv = srv;
+    m->db = db;
+    m->resp3 = resp3;
+    m->flusher.data = m;
+    uv_check_init(srv->loop, &m->flusher);
+    m->handles = 2;
+    bconn_init(&m->be, srv, &mux_ops, m);
+    m->next = mux_list;
+    mux_list = m;
+    mux_handshake(m);
+    bconn_connect(&m->be, 1);
+    return m->failed ? NULL : m;    /* NULL when the connect failed at once */
+}
+
+int mux_append(struct session *s, struct wbatch *wb)
+{
+    struct mux *m = mux_get(s->srv, s->db, s->resp3);
+    if (m == NULL)
+        return -1;
+    s->mux = m;
+    for (int i = 0; i < wb->n; i++) {
+        const char *base = wb->arena_off[i] != (size_t)-1 ? wb->arena + wb->arena_off[i]
+                                                          : wb->iov[i].base;
+        out_add(m, base, wb->iov[i].len);
+    }
+    wbatch_reset(wb);
+    fifo_push(m, FE_SESSION, s, s->mux_owed);
+    s->mux_owed = 0;
+    if (m->be.state == BC_READY)
+        uv_check_start(&m->flusher, on_mux_check);
+    if (mux_backlog(m) > s->srv->cfg->max_buffer) {
+        /* Redis is not keeping up: no more requests from this client until
+         * the shared connection has drained to half. */
+        m->paused = 1;
+        session_pause(s);
+    }
+    return 0;
+}
+
+/* A session goes away: replies still owed to it are read and dropped. */
+void mux_forget(struct session *s)
+{
+    struct mux *m = s->mux;
+    if (m == NULL || m->failed)
+        return;
+    for (uint32_t i = 0; i < m->flen; i++) {
+        struct fifo_entry *e = &m->fifo[(m->fhead + i) % m->fcap];
+        if (e->kind == FE_SESSION && e->s == s)
+            e->kind = FE_GONE;
+    }
+}
+
+void mux_shutdown(void)
+{
+    /* Every session is gone: what is still owed on them is for nobody. */
+    while (mux_list != NULL)
+        mux_fail(mux_list, "shutting down", 1);
+}
+
+void mux_backend_changed(void)
+{
+    while (mux_list != NULL)
+        mux_fail(mux_list, "backend address changed by a reload", 1);
+}

@@ -1,0 +1,156 @@
+/*
+ * session_int: what the client side (session.c) and the shared connection
+ * (mux.c) share. Not for other modules: they use session.h.
+ */
+#ifndef TTLG_SESSION_INT_H
+#define TTLG_SESSION_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "policy.h"
+#include "resp_reply.h"
+#include "resp_request.h"
+#include "session.h"
+#include "wbatch.h"
+
+#define PEEK_MAX        64      /* first bytes of a reply kept for inspection */
+#define TAIL_MAX        32      /* last bytes of a reply kept for inspection */
+
+/* Where a session's requests go. Changed only by session_set_mode(). */
+enum session_mode {
+    SM_WAIT,        /* its own connection is being opened: the client is not read */
+    SM_OWN,         /* its own backend connection (1:1) */
+    SM_SHARED,      /* the shared connection (multiplex = on) */
+    SM_DOWN,        /* no backend: requests get srv->down_reason, then the session closes */
+    SM_LOST,        /* the backend went away after it was ready: what was received goes
+                       out, then the session closes */
+};
+
+enum pend_kind {
+    PK_FORWARD,     /* the backend's reply goes to the client */
+    PK_LOCAL,       /* our own reply, sent when it reaches the head */
+    PK_INTERNAL,    /* the backend's reply is for the proxy */
+};
+
+enum pend_what {
+    PW_PLAIN,
+    PW_HELLO,       /* reply type tells the protocol: % is RESP3, * is RESP2 */
+    PW_MONITOR,     /* +OK enters monitor mode */
+    PW_RESET,       /* reply resets protocol state */
+    PW_SUB,         /* RESP2 (un)subscribe: `remaining` confirmations */
+    PW_CLIENT_AUTH, /* the client's AUTH (or HELLO ... AUTH): a failure undoes the
+                       optimistic `unauth = 0` */
+    PW_REPLACE,     /* PK_INTERNAL: the client gets `local` instead of the backend's reply */
+    PW_QUEUED,      /* PK_INTERNAL: +QUEUED for the command in the proxy's own MULTI, or the
+                       error that refused it (kept: EXEC will only say EXECABORT) */
+    PW_EXEC_FIRST,  /* PK_INTERNAL: EXEC of the proxy's own MULTI: the client gets element 1 */
+    PW_SYNC,        /* SYNC/PSYNC: from its reply on the connection is a replication stream */
+    PW_CARRY,       /* CLIENT SETINFO / NO-EVICT of a shared session: +OK makes the session
+                       remember it (`local`: the argument, owned; subkind: enum carried) */
+};
+
+/* Where in an EXEC reply of the proxy's own MULTI the bytes are. */
+enum exec_phase { XP_START, XP_HEADER, XP_FIRST, XP_REST, XP_ALL };
+
+enum sub_kind { SUB_CHANNEL, SUB_PATTERN, SUB_SHARD };
+
+/* State a shared session carries, replayed on its own connection. */
+enum carried { CARRY_LIB_NAME, CARRY_LIB_VER, CARRY_NO_EVICT };
+
+struct pending {
+    uint8_t kind;           /* enum pend_kind */
+    uint8_t what;           /* enum pend_what */
+    uint8_t subkind;        /* enum sub_kind, for PW_SUB */
+    uint8_t local_owned;    /* `local` is malloc'ed and freed when popped */
+    uint8_t rewritten;      /* for the latency histograms */
+    int32_t remaining;      /* replies still owed; -1: "as many as subscriptions" (PW_SUB) */
+    uint32_t local_len;
+    const char *local;      /* PK_LOCAL: the reply bytes */
+    uint64_t t0;            /* loop_now_ns when the request was read (PK_FORWARD) */
+};
+
+struct session {
+    struct server *srv;
+    struct session *prev, *next;    /* srv->sessions */
+
+    union stream client;
+    struct bconn be;                /* its own backend connection (SM_WAIT, SM_OWN) */
+    uv_shutdown_t client_sreq;
+    int handles;                    /* open uv handles; the session is freed at 0 */
+    unsigned char mode;             /* enum session_mode */
+    struct mux *mux;                /* the shared connection its requests went to last */
+    int mux_owed;                   /* replies owed for bytes not yet handed to the mux */
+
+    unsigned pin_wait:1;            /* a stateful request waits for a dedicated connection */
+    unsigned switch_wait:1;         /* a SELECT/HELLO waits to move to another shared one */
+    unsigned was_shared:1;          /* its own connection gets the state replayed */
+    unsigned no_evict:1;            /* CLIENT NO-EVICT ON, while shared */
+    unsigned client_reading:1;      /* uv_read_start active on client */
+    unsigned client_eof:1;          /* client half-closed: finish owed replies, then close */
+    unsigned draining:1;            /* server shutdown: no new requests */
+    unsigned close_after_flush:1;   /* protocol error or backend gone: close when written */
+    unsigned closing:1;             /* uv_close called */
+    unsigned resp3:1;
+    unsigned monitor:1;
+    unsigned replica:1;             /* after SYNC/PSYNC: replies are a replication stream */
+    unsigned reply_off:1;           /* CLIENT REPLY OFF */
+    unsigned reply_skip:1;          /* CLIENT REPLY SKIP: the next command gets no reply */
+    unsigned in_multi:1;            /* between MULTI and EXEC/DISCARD */
+    unsigned watching:1;            /* WATCH active: the proxy must not EXEC on its own */
+    unsigned auth_required:1;       /* Redis wants this connection to authenticate */
+    unsigned unauth:1;              /* the client has not authenticated (yet) */
+    unsigned multi_dirty:1;         /* a command in this MULTI was rejected: EXEC aborts */
+    int db;                         /* SELECTed db, for events */
+    char *client_name;              /* CLIENT SETNAME, for events; NULL when unset */
+    char *lib_name, *lib_ver;       /* CLIENT SETINFO, while shared; NULL when unset */
+    char *client_addr;              /* peer address, filled on first event */
+    struct sbuf multi_fix;          /* follow-ups deferred to after EXEC */
+    int multi_nfix;
+    unsigned char xphase;           /* enum exec_phase */
+    struct sbuf xerr;               /* queue-time error of the command in the proxy's MULTI */
+    struct reply_scanner *xsub;     /* frames EXEC's first element; allocated on first use */
+
+    /* Client input: only the partial request that spans reads lives here. */
+    char *ibuf;
+    size_t ilen, icap;
+    struct req_framer *framer;
+
+    /* Pending queue: ring buffer, one entry per reply owed to the client. */
+    struct pending *q;
+    uint32_t qhead, qlen, qcap;
+
+    /* Reply side. */
+    char peek[PEEK_MAX];
+    uint32_t peeklen;
+    char tail[TAIL_MAX];
+    uint32_t taillen;
+    int nchan, npat, nshard;        /* RESP2 subscriptions, mirrored from confirmations */
+
+    uint64_t last_active;           /* monotonic ms */
+};
+
+/* session.c, for mux.c */
+
+/* Bytes of one reply for s from the connection its requests went to. */
+void session_reply(struct session *s, const char *p, size_t n, int done, char type, int start);
+/* After a reply for s on the shared connection: deliver, resume, or move to 1:1. */
+void session_settle(struct session *s);
+/* Write what was gathered for the last session's client. */
+void session_flush_client(void);
+/* The shared connection is gone: s ends as if its own connection had. */
+void session_shared_lost(struct session *s, int was_ready);
+void session_resume(struct session *s);
+void session_pause(struct session *s);
+
+/* mux.c, for session.c */
+
+int mux_shareable(struct server *srv);
+int mux_paused(const struct session *s);
+/* Hand wb's requests to the shared connection, with s->mux_owed replies owed to s.
+ * Returns -1 when there is no shared connection to be had. */
+int mux_append(struct session *s, struct wbatch *wb);
+void mux_forget(struct session *s);
+
+#endif
