@@ -114,8 +114,10 @@ static void on_flusher_closed(uv_handle_t *h)
 }
 
 /* The shared connection failed or closed: sessions owed replies on it end
- * as they would with their own connection (what was received, then EOF). */
-static void mux_fail(struct mux *m, const char *why, int was_ready)
+ * as they would with their own connection (what was received, then EOF).
+ * lost: Redis went away (not a reload or shutdown of ours): every session
+ * on it ends, as every client of a Redis that restarts does. */
+static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
 {
     if (m->failed)
         return;
@@ -133,9 +135,13 @@ static void mux_fail(struct mux *m, const char *why, int was_ready)
         e->kind = FE_GONE;
     }
     m->flen = 0;
-    for (struct session *s = m->srv->sessions; s != NULL; s = s->next)
-        if (s->mux == m)
-            s->mux = NULL;
+    for (struct session *s = m->srv->sessions; s != NULL; s = s->next) {
+        if (s->mux != m)
+            continue;
+        s->mux = NULL;
+        if (lost)
+            session_shared_lost(s, 1);
+    }
     bconn_close(&m->be);
     uv_close((uv_handle_t *)&m->flusher, on_flusher_closed);
 }
@@ -221,7 +227,7 @@ static void mux_read_end(struct bconn *b)
 
 static void mux_failed(struct bconn *b, const char *why, int was_ready)
 {
-    mux_fail(b->owner, why, was_ready);
+    mux_fail(b->owner, why, was_ready, was_ready);
 }
 
 static void mux_closed(struct bconn *b)
@@ -282,6 +288,12 @@ static struct mux *mux_get(struct server *srv, int db, int resp3)
     return m->failed ? NULL : m;    /* NULL when the connect failed at once */
 }
 
+int mux_attach(struct session *s)
+{
+    s->mux = mux_get(s->srv, s->db, s->resp3);
+    return s->mux != NULL ? 0 : -1;
+}
+
 int mux_append(struct session *s, struct wbatch *wb)
 {
     struct mux *m = mux_get(s->srv, s->db, s->resp3);
@@ -324,11 +336,11 @@ void mux_shutdown(void)
 {
     /* Every session is gone: what is still owed on them is for nobody. */
     while (mux_list != NULL)
-        mux_fail(mux_list, "shutting down", 1);
+        mux_fail(mux_list, "shutting down", 1, 0);
 }
 
 void mux_backend_changed(void)
 {
     while (mux_list != NULL)
-        mux_fail(mux_list, "backend address changed by a reload", 1);
+        mux_fail(mux_list, "backend address changed by a reload", 1, 0);
 }

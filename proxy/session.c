@@ -1598,7 +1598,7 @@ void session_accept(struct server *srv, uv_stream_t *listener)
     }
     if (listener->type == UV_TCP)
         uv_tcp_nodelay(&s->client.tcp, 1);
-    if (srv->cfg->multiplex && mux_shareable(srv)) {
+    if (srv->cfg->multiplex && mux_shareable(srv) && mux_attach(s) == 0) {
         /* Until the control connection has answered, sessions go 1:1. */
         session_set_mode(s, SM_SHARED);
         s->unauth = 0;

@@ -147,6 +147,9 @@ void session_pause(struct session *s);
 /* mux.c, for session.c */
 
 int mux_shareable(struct server *srv);
+/* Join the shared connection of s's state at accept, so that losing it ends
+ * s like Redis ends its clients. -1: there is none to be had. */
+int mux_attach(struct session *s);
 int mux_paused(const struct session *s);
 /* Hand wb's requests to the shared connection, with s->mux_owed replies owed to s.
  * Returns -1 when there is no shared connection to be had. */
