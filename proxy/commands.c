@@ -984,7 +984,10 @@ __attribute__((constructor)) static void commands_init(void)
         if (c->nspecs > MAX_SPECS)
             ttlg_assert_fail("key specs <= MAX_SPECS", __FILE__, __LINE__);
         s->info.row = c;
-        if (c->flags & CMD_BLOCKING)
+        /* A blocked client, or a script that runs past busy-reply-threshold
+         * (other connections get -BUSY and may SCRIPT KILL it), would hold
+         * up everyone behind it on a shared connection. */
+        if (c->flags & (CMD_BLOCKING | CMD_SCRIPT))
             s->info.sflags |= CS_PIN;
     }
     for (size_t k = 0; k < sizeof session_commands / sizeof session_commands[0]; k++) {

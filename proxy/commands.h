@@ -68,8 +68,8 @@ enum cmd_id {
 
 /* Session flags of a command. */
 #define CS_PIN          (1u << 0)   /* gives the connection a state of its own or blocks it
-                                       (every CMD_BLOCKING row too): a session sending it
-                                       leaves the shared connection */
+                                       (every CMD_BLOCKING and CMD_SCRIPT row too): a session
+                                       sending it leaves the shared connection */
 #define CS_STATE        (1u << 1)   /* connection state a shared session may carry in some
                                        forms (SELECT, HELLO 2|3, CLIENT SETINFO|NO-EVICT);
                                        other forms leave the shared connection */

@@ -515,7 +515,7 @@ void session_pause(struct session *s)
 void session_resume(struct session *s)
 {
     if (s->client_reading || s->client_eof || s->draining || s->close_after_flush ||
-        s->pin_wait || s->switch_wait || q_over_limit(s))
+        s->pin_wait || s->switch_wait || s->replaying || q_over_limit(s))
         return;
     switch (s->mode) {
     case SM_OWN:
@@ -1432,7 +1432,9 @@ static void send_own(struct session *s, int argc, const struct slice *argv)
 
 /* A session that was shared gets its own connection: the state it carried
  * there is set on it first (SELECT, HELLO 3, CLIENT SETINFO, NO-EVICT), so
- * that what the client sees is unchanged. */
+ * that what the client sees is unchanged. The client's requests follow once
+ * Redis has answered, in a write of their own: Redis's view of them
+ * (CLIENT LIST qbuf=, cmd=) is then the same as without the proxy. */
 static void replay_state(struct session *s)
 {
     char db[24];
@@ -1458,6 +1460,19 @@ static void replay_state(struct session *s)
         struct slice a[3] = { SL("CLIENT"), SL("NO-EVICT"), SL("ON") };
         send_own(s, 3, a);
     }
+    if (s->qlen > 0) {
+        s->replaying = 1;
+        flush_all(s);
+    }
+}
+
+/* The client's requests that waited for the connection (and its replay). */
+static void serve_waiting(struct session *s)
+{
+    if (s->ilen > 0)
+        process_input(s, s->ibuf, s->ilen, 1);
+    if (!s->closing)
+        session_resume(s);
 }
 
 static void be_ready(struct bconn *b)
@@ -1469,10 +1484,8 @@ static void be_ready(struct bconn *b)
     session_set_mode(s, SM_OWN);
     if (s->was_shared)
         replay_state(s);
-    if (s->ilen > 0)
-        process_input(s, s->ibuf, s->ilen, 1);     /* what waited for the connection */
-    if (!s->closing)
-        session_resume(s);
+    if (!s->replaying)
+        serve_waiting(s);
 }
 
 static void be_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
@@ -1488,6 +1501,10 @@ static void be_read_end(struct bconn *b)
     if (!reply_in_progress(s))
         emit_locals(s);
     flush_all(s);
+    if (s->replaying && s->qlen == 0) {
+        s->replaying = 0;
+        serve_waiting(s);
+    }
     if (!s->closing)
         session_resume(s);
     maybe_finish(s);

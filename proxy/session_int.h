@@ -86,6 +86,7 @@ struct session {
     unsigned pin_wait:1;            /* a stateful request waits for a dedicated connection */
     unsigned switch_wait:1;         /* a SELECT/HELLO waits to move to another shared one */
     unsigned was_shared:1;          /* its own connection gets the state replayed */
+    unsigned replaying:1;           /* ... and the client waits until Redis has answered it */
     unsigned no_evict:1;            /* CLIENT NO-EVICT ON, while shared */
     unsigned client_reading:1;      /* uv_read_start active on client */
     unsigned client_eof:1;          /* client half-closed: finish owed replies, then close */

@@ -2,28 +2,33 @@
 # The whole test suite: installs what it needs (Debian 12, as root or with sudo),
 # builds, runs the criterion unit tests and the integration suite against real
 # redis-server processes (the harness starts them on free loopback ports), then
-# does it all again with an ASan+UBSan build.
+# Redis's own test suite through ttlguard in both connection modes
+# (tests/redis-suite/run.sh), then the unit and integration tests again with an
+# ASan+UBSan build.
 #
-#   tests/run.sh             everything
-#   tests/run.sh --no-asan   skip the sanitizer pass
-#   tests/run.sh -k EXPR     pass -k EXPR to pytest (both passes)
+#   tests/run.sh               everything
+#   tests/run.sh --no-asan     skip the sanitizer pass
+#   tests/run.sh --no-suite    skip Redis's own suite
+#   tests/run.sh -k EXPR       pass -k EXPR to pytest (both passes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 asan=1
+suite=1
 pytest_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --no-asan) asan=0 ;;
+    --no-suite) suite=0 ;;
     -k) pytest_args+=(-k "$2"); shift ;;
-    *) echo "usage: tests/run.sh [--no-asan] [-k EXPR]" >&2; exit 2 ;;
+    *) echo "usage: tests/run.sh [--no-asan] [--no-suite] [-k EXPR]" >&2; exit 2 ;;
     esac
     shift
 done
 
 packages=(build-essential cmake pkg-config libuv1-dev libhiredis-dev libinih-dev
           libhttp-parser-dev libcriterion-dev redis-server redis-tools python3-redis
-          python3-pytest python3-pytest-timeout)
+          python3-pytest python3-pytest-timeout tcl dpkg-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -59,6 +64,16 @@ run_pass() {
 }
 
 run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [ "$suite" -eq 1 ]; then
+    for mode in ttlguard mux; do
+        echo "== [redis suite] Redis's own tests through ttlguard, mode $mode"
+        if TTLG_BIN="$PWD/build/ttlguard" bash tests/redis-suite/run.sh --mode "$mode"; then
+            summary+=("redis suite ($mode): ok")
+        else
+            failed=1; summary+=("redis suite ($mode): FAILED")
+        fi
+    done
+fi
 if [ "$asan" -eq 1 ]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TTLG_SANITIZED=1
