@@ -70,9 +70,6 @@ enum cmd_id {
 #define CS_PIN          (1u << 0)   /* gives the connection a state of its own or blocks it
                                        (every CMD_BLOCKING and CMD_SCRIPT row too): a session
                                        sending it leaves the shared connection */
-#define CS_STATE        (1u << 1)   /* connection state a shared session may carry in some
-                                       forms (SELECT, HELLO 2|3, CLIENT SETINFO|NO-EVICT);
-                                       other forms leave the shared connection */
 
 /* One lookup's worth of what the proxy knows about a command name. */
 struct cmd_info {

@@ -758,52 +758,80 @@ static void send_internal(struct session *s, const char *p, size_t len, int coun
     owe(s, count);
 }
 
-/* Connection state a shared session can carry (CS_STATE): SELECT of a
- * database Redis has, HELLO 2|3 without AUTH or SETNAME, CLIENT SETINFO and
- * CLIENT NO-EVICT. A state change moves the session to the shared
- * connection of its new state, only once nothing is owed where it is, so
- * that its replies keep their order. CLIENT SETNAME and the rest leave the
- * shared connection: other clients' CLIENT LIST would tell. */
-static enum route carry_state(struct session *s, const struct request *req,
-                              const struct cmd_info *ci)
+/* Does req need a connection of its own, whatever the session's queue?
+ * Connection state the proxy can carry for a session on a shared connection
+ * does not: SELECT of a database Redis has, HELLO 2|3 without AUTH or
+ * SETNAME, CLIENT SETINFO and CLIENT NO-EVICT. Everything with CS_PIN does,
+ * and so do CLIENT SETNAME and the other CLIENT forms (other clients'
+ * CLIENT LIST would tell), a SELECT Redis refuses (its own error), and
+ * commands Redis does not know. */
+static int needs_own(const struct server *srv, const struct request *req,
+                     const struct cmd_info *ci)
 {
     long long v;
-    emit_locals(s);         /* our own replies at the head are owed nothing */
+    if (ci == NULL)
+        return 1;
     switch (ci->id) {
     case CID_SELECT:
-        if (req->argc != 2 || slice_to_ll(req->argv[1], &v) != 0 || v < 0 ||
-            v >= s->srv->databases)
-            return RT_PIN;      /* Redis's own error, on a connection of its own */
-        return s->qlen > 0 ? RT_WAIT : RT_SELECT;
+        return req->argc != 2 || slice_to_ll(req->argv[1], &v) != 0 || v < 0 ||
+               v >= srv->databases;
     case CID_HELLO:
-        if (req->argc == 1)
-            return RT_HERE;
-        if (req->argc != 2 || slice_to_ll(req->argv[1], &v) != 0 || (v != 2 && v != 3))
-            return RT_PIN;
-        return (v == 3) == s->resp3 || s->qlen == 0 ? RT_HERE : RT_WAIT;
+        return req->argc > 2 || (req->argc == 2 && (slice_to_ll(req->argv[1], &v) != 0 ||
+                                                    (v != 2 && v != 3)));
     case CID_CLIENT:
-        if ((req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo")) ||
-            (req->argc == 3 && slice_eq_nocase(req->argv[1], "no-evict")))
-            return RT_HERE;
-        return RT_PIN;
+        return !((req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo")) ||
+                 (req->argc == 3 && slice_eq_nocase(req->argv[1], "no-evict")));
+    case CID_SCRIPT:        /* the script debugger is per connection */
+        return req->argc >= 2 && slice_eq_nocase(req->argv[1], "debug");
     default:
-        return RT_PIN;
+        return (ci->sflags & CS_PIN) != 0;
     }
+}
+
+/* A SELECT or a protocol-changing HELLO moves a shared session to the
+ * shared connection of its new state, only once nothing is owed where it
+ * is, so that its replies keep their order. */
+static int changes_shared_state(const struct session *s, const struct request *req,
+                                enum cmd_id id)
+{
+    return id == CID_SELECT ||
+           (id == CID_HELLO && req->argc == 2 && (req->argv[1].p[0] == '3') != s->resp3);
 }
 
 static enum route shared_route(struct session *s, const struct request *req,
                                const struct cmd_info *ci)
 {
-    if (s->qlen >= MUX_MAX_INFLIGHT || !mux_shareable(s->srv) || ci == NULL)
+    if (s->qlen >= MUX_MAX_INFLIGHT || !mux_shareable(s->srv) || needs_own(s->srv, req, ci))
         return RT_PIN;
-    if (ci->sflags & CS_STATE)
-        return carry_state(s, req, ci);
-    if (ci->sflags & CS_PIN)
-        return RT_PIN;
-    /* the script debugger is per connection */
-    if (ci->id == CID_SCRIPT && req->argc >= 2 && slice_eq_nocase(req->argv[1], "debug"))
-        return RT_PIN;
-    return RT_HERE;
+    if (!changes_shared_state(s, req, ci->id))
+        return RT_HERE;
+    emit_locals(s);         /* our own replies at the head are owed nothing */
+    if (s->qlen > 0)
+        return RT_WAIT;
+    return ci->id == CID_SELECT ? RT_SELECT : RT_HERE;
+}
+
+/* multiplex = on: a session starts on a connection of its own, and joins
+ * the shared connection of its state with a request that can be shared,
+ * once an earlier request has been answered and nothing is owed. So a
+ * client that only connects, sets its state or sends one command is a
+ * client of its own to Redis (INFO connected_clients, CLIENT LIST, CLIENT
+ * KILL), as it is without the proxy; one that ever sends a command that
+ * needs its own connection stays on it. */
+static void consider_sharing(struct session *s, const struct request *req,
+                             const struct cmd_info *ci)
+{
+    if (needs_own(s->srv, req, ci)) {
+        s->stateful = 1;
+        return;
+    }
+    if (s->stateful || s->served == 0 || ci->id == CID_SELECT || ci->id == CID_HELLO ||
+        ci->id == CID_CLIENT || s->qlen > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
+        reply_in_progress(s) || !mux_shareable(s->srv) || mux_attach(s) < 0)
+        return;
+    bconn_close(&s->be);
+    session_set_mode(s, SM_SHARED);
+    s->unauth = 0;
 }
 
 /* CLIENT SETINFO LIB-NAME|LIB-VER v, CLIENT NO-EVICT ON|OFF of a shared
@@ -811,11 +839,13 @@ static enum route shared_route(struct session *s, const struct request *req,
 static void track_carried(const struct request *req, struct pending *p)
 {
     struct slice arg = req->argv[req->argc - 1];
-    if (req->argc == 4 && slice_eq_nocase(req->argv[2], "lib-name"))
+    if (req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo") &&
+        slice_eq_nocase(req->argv[2], "lib-name"))
         p->subkind = CARRY_LIB_NAME;
-    else if (req->argc == 4 && slice_eq_nocase(req->argv[2], "lib-ver"))
+    else if (req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo") &&
+             slice_eq_nocase(req->argv[2], "lib-ver"))
         p->subkind = CARRY_LIB_VER;
-    else if (req->argc == 3)
+    else if (req->argc == 3 && slice_eq_nocase(req->argv[1], "no-evict"))
         p->subkind = CARRY_NO_EVICT;
     else
         return;
@@ -936,7 +966,7 @@ static void expect_replies(struct session *s, const struct request *req,
         return;
     struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
                           .t0 = loop_now_ns };
-    if (s->mode == SM_SHARED && pl->id == CID_CLIENT)
+    if (pl->id == CID_CLIENT)
         track_carried(req, &pe);
     else if (!pl->queued && !track_pubsub(s, req, pl->id, &pe))
         track_request(s, req, pl->id, &pe);
@@ -1003,7 +1033,11 @@ static enum handled handle_request(struct session *s, const struct request *req)
 {
     struct req_plan pl = { .ci = command_resolve(req->argv[0].p, req->argv[0].len) };
     pl.id = pl.ci != NULL ? pl.ci->id : CID_OTHER;
+    if (s->mode == SM_OWN && s->srv->cfg->multiplex)
+        consider_sharing(s, req, pl.ci);
     enum route rt = s->mode == SM_SHARED ? shared_route(s, req, pl.ci) : RT_HERE;
+    if (s->mode == SM_OWN)
+        s->served++;
     if (rt == RT_PIN)
         return HR_PIN;
     if (rt == RT_WAIT)
@@ -1523,7 +1557,13 @@ static void be_failed(struct bconn *b, const char *why, int was_ready)
 
 static void be_closed(struct bconn *b)
 {
-    handle_gone(b->owner);
+    struct session *s = b->owner;
+    if (s->reopen && !s->closing) {
+        s->reopen = 0;              /* the handle is counted still: it is used again */
+        bconn_connect(&s->be, 1);
+        return;
+    }
+    handle_gone(s);
 }
 
 static void be_written(struct bconn *b, int status)
@@ -1538,6 +1578,10 @@ static const struct bconn_ops be_ops = {
 static void open_own_connection(struct session *s)
 {
     session_set_mode(s, SM_WAIT);
+    if (s->be.state != BC_IDLE) {
+        s->reopen = 1;              /* the one it left for the shared one is still closing */
+        return;
+    }
     s->handles++;
     bconn_connect(&s->be, 1);
 }
@@ -1615,14 +1659,7 @@ void session_accept(struct server *srv, uv_stream_t *listener)
     }
     if (listener->type == UV_TCP)
         uv_tcp_nodelay(&s->client.tcp, 1);
-    if (srv->cfg->multiplex && mux_shareable(srv) && mux_attach(s) == 0) {
-        /* Until the control connection has answered, sessions go 1:1. */
-        session_set_mode(s, SM_SHARED);
-        s->unauth = 0;
-        client_read_start(s);
-        return;
-    }
-    open_own_connection(s);
+    open_own_connection(s);     /* multiplex = on: see consider_sharing() */
 }
 
 void session_cron(struct session *s, uint64_t now)

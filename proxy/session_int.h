@@ -87,7 +87,10 @@ struct session {
     unsigned switch_wait:1;         /* a SELECT/HELLO waits to move to another shared one */
     unsigned was_shared:1;          /* its own connection gets the state replayed */
     unsigned replaying:1;           /* ... and the client waits until Redis has answered it */
-    unsigned no_evict:1;            /* CLIENT NO-EVICT ON, while shared */
+    unsigned no_evict:1;            /* CLIENT NO-EVICT ON (replayed after sharing) */
+    unsigned stateful:1;            /* sent what needs its own connection: never shares */
+    unsigned reopen:1;              /* its own connection is opened again once closed */
+    unsigned served;                /* requests handled on its own connection */
     unsigned client_reading:1;      /* uv_read_start active on client */
     unsigned client_eof:1;          /* client half-closed: finish owed replies, then close */
     unsigned draining:1;            /* server shutdown: no new requests */
@@ -105,7 +108,7 @@ struct session {
     unsigned multi_dirty:1;         /* a command in this MULTI was rejected: EXEC aborts */
     int db;                         /* SELECTed db, for events */
     char *client_name;              /* CLIENT SETNAME, for events; NULL when unset */
-    char *lib_name, *lib_ver;       /* CLIENT SETINFO, while shared; NULL when unset */
+    char *lib_name, *lib_ver;       /* CLIENT SETINFO (replayed after sharing); NULL: unset */
     char *client_addr;              /* peer address, filled on first event */
     struct sbuf multi_fix;          /* follow-ups deferred to after EXEC */
     int multi_nfix;

@@ -38,6 +38,16 @@ MUX = {"multiplex": "on"}
 CTL = "ctl"         # CLIENT SETNAME of the test's own direct connections
 
 
+def Shared(port, **kw):
+    """A client of a multiplexing proxy on the shared connection: a client's
+    first request runs on a connection of its own, the next one that can be
+    shared moves it there (see consider_sharing() in proxy/session.c)."""
+    c = Conn(port, **kw)
+    assert c.cmd("PING") == b"PONG"
+    assert c.cmd("PING") == b"PONG"
+    return c
+
+
 def ctl(redis, password=None):
     """A direct connection to Redis that proxy_conns() does not count."""
     c = Conn(redis.port)
@@ -87,7 +97,7 @@ def wait_shared(proxy, redis, password=None):
     """Until new clients start on the shared connection. Two clients: one
     backend connection between them cannot be a 1:1 one."""
     def shared():
-        with Conn(proxy.port) as a, Conn(proxy.port) as b:
+        with Shared(proxy.port) as a, Shared(proxy.port) as b:
             assert a.cmd("PING") == b"PONG" and b.cmd("PING") == b"PONG"
             return len(proxy_conns(redis, password)) == 1
     wait_for(shared, 5, "clients of the proxy on the shared connection alone")
@@ -137,7 +147,7 @@ def direct_then_proxy(redis, proxy, script):
 
 def test_many_stateless_clients_one_backend_connection(redis_srv, make_proxy):
     proxy = start(make_proxy, redis_srv)
-    conns = [Conn(proxy.port) for _ in range(20)]
+    conns = [Shared(proxy.port) for _ in range(20)]
     try:
         for i, c in enumerate(conns):
             assert c.cmd("SET", "k:%d" % i, "v%d" % i) == b"OK"
@@ -159,13 +169,30 @@ def test_many_stateless_clients_one_backend_connection(redis_srv, make_proxy):
             c.close()
 
 
+def test_new_client_starts_on_its_own_connection(redis_srv, make_proxy):
+    """A client that only connects and sets its state is a client of its own
+    to Redis (INFO connected_clients counts it), as without the proxy; its
+    first request that can be shared, after one was answered, moves it to
+    the shared connection of its state."""
+    proxy = start(make_proxy, redis_srv)
+    base = len(proxy_conns(redis_srv))          # the shared connection of db 0
+    with Conn(proxy.port) as a, Conn(proxy.port) as b:
+        assert a.cmd("SELECT", "9") == b"OK" and b.cmd("SELECT", "9") == b"OK"
+        wait_conns(redis_srv, base + 2, "two clients that only SELECTed")
+        assert a.cmd("SET", "k", "v") == b"OK"
+        assert b.cmd("GET", "k") == b"v"
+        wait_conns(redis_srv, base + 1, "both on the shared connection of db 9")
+        assert sorted(e["db"] for e in proxy_conns(redis_srv))[-1] == "9"
+        assert a.cmd("GET", "k") == b"v" and b.cmd("DBSIZE") == 1
+
+
 def test_concurrent_pipelines_get_their_own_replies(redis_srv, make_proxy):
     proxy = start(make_proxy, redis_srv)
     nthreads, rounds, depth = 8, 5, 200     # 200 in flight: stays shared
 
     def worker(i):
         def run():
-            with Conn(proxy.port) as c:
+            with Shared(proxy.port) as c:
                 n = 0
                 for _ in range(rounds):
                     batch = []
@@ -197,7 +224,7 @@ def test_concurrent_large_replies_split_across_reads(redis_srv, make_proxy):
 
     def worker(i):
         def run():
-            with Conn(proxy.port) as c:
+            with Shared(proxy.port) as c:
                 for _ in range(4):
                     c.send((enc("GET", "v:%d" % i) + enc("STRLEN", "v:%d" % i)) * 10)
                     got = c.replies(20)
@@ -215,7 +242,7 @@ def test_incr_sequence_1000_pipelined(redis_srv, make_proxy, chunk):
 
     def worker(i):
         def run():
-            with Conn(proxy.port) as c:
+            with Shared(proxy.port) as c:
                 got = []
                 for _ in range(1000 // chunk):
                     c.send(enc("INCR", "seq:%d" % i) * chunk)
@@ -251,7 +278,7 @@ def test_select_shares_transparently(redis_srv, make_proxy):
     assert p == d
 
     flushall(redis_srv)
-    with Conn(proxy.port) as other, Conn(proxy.port) as c:
+    with Shared(proxy.port) as other, Shared(proxy.port) as c:
         assert other.cmd("PING") == b"PONG"
         c.send(SELECT_PIPELINE)
         assert raw_replies(c, 6) == d
@@ -260,7 +287,7 @@ def test_select_shares_transparently(redis_srv, make_proxy):
         assert c.cmd("DBSIZE") == 1
         assert other.cmd("GET", "a") == b"1"       # the other client stays in db 0
         assert c.cmd("GET", "a") == b"2"           # and this one in db 1
-        with Conn(proxy.port) as third:
+        with Shared(proxy.port) as third:
             assert third.cmd("SELECT", "1") == b"OK"
             assert third.cmd("GET", "a") == b"2"
             # one shared connection per database, nothing of their own
@@ -404,7 +431,7 @@ def test_blpop_served_by_other_client_does_not_block_shared(redis_srv, make_prox
                      "the BLPOP blocked in Redis")
             if port == proxy.port:
                 # The shared connection is not the blocked one.
-                with Conn(proxy.port) as other:
+                with Shared(proxy.port) as other:
                     t0 = time.monotonic()
                     assert other.cmd("SET", "k", "v") == b"OK"
                     assert other.cmd("GET", "k") == b"v"
@@ -505,7 +532,7 @@ def test_backend_password_shares(make_redis, make_proxy):
     redis = make_redis(["--requirepass", "secret"])
     p = make_proxy(redis, dict(MUX, backend_password="secret"))
     wait_shared(p, redis, "secret")
-    conns = [Conn(p.port) for _ in range(5)]
+    conns = [Shared(p.port) for _ in range(5)]
     try:
         for i, c in enumerate(conns):
             assert c.cmd("SET", "k%d" % i, i) == b"OK"
@@ -521,7 +548,7 @@ def test_password_set_after_sharing_started(redis_srv, make_proxy):
     authenticated, and a new direct client gets -NOAUTH. A new client of the
     proxy must get it too, not ride on the shared connection's old login."""
     proxy = start(make_proxy, redis_srv)
-    with Conn(proxy.port) as c:
+    with Shared(proxy.port) as c:
         assert c.cmd("SET", "secret:data", "x") == b"OK"
     with ctl(redis_srv) as c:
         assert c.cmd("CONFIG", "SET", "requirepass", "pw") == b"OK"
@@ -549,7 +576,7 @@ def test_script_debug_is_connection_state(redis_srv, make_proxy):
     """SCRIPT DEBUG YES|SYNC is per connection: another client's EVAL must
     run normally."""
     proxy = start(make_proxy, redis_srv)
-    with Conn(proxy.port) as a, Conn(proxy.port) as b:
+    with Shared(proxy.port) as a, Shared(proxy.port) as b:
         assert a.cmd("SCRIPT", "DEBUG", "SYNC") == b"OK"
         b.send(enc("EVAL", "return 7", "0") + enc("GET", "k"))
         got = []
@@ -603,10 +630,10 @@ def test_sync_does_not_take_the_shared_connection(redis_srv, make_proxy, cmd):
     proxy = start(make_proxy, redis_srv)
     with ctl(redis_srv) as c:
         assert c.cmd("SET", "k", "v") == b"OK"
-    with Conn(proxy.port, timeout=2) as a:
+    with Shared(proxy.port, timeout=2) as a:
         a.send(enc(*cmd))
         time.sleep(0.3)
-        with Conn(proxy.port, timeout=2) as b:
+        with Shared(proxy.port, timeout=2) as b:
             try:
                 got = b.cmd("GET", "k")
             except (TimeoutError, EOFError, OSError) as e:
@@ -619,7 +646,7 @@ def test_request_trickling_in_byte_by_byte(redis_srv, make_proxy):
     stop = threading.Event()
 
     def busy():
-        with Conn(proxy.port) as c:
+        with Shared(proxy.port) as c:
             n = 0
             while not stop.is_set():
                 n += 1
@@ -629,7 +656,7 @@ def test_request_trickling_in_byte_by_byte(redis_srv, make_proxy):
 
     def trickle():
         try:
-            with Conn(proxy.port) as c:
+            with Shared(proxy.port) as c:
                 data = (enc("SET", "t", "x" * 300) + enc("GET", "t") + enc("SELECT", "2")
                         + enc("SET", "t", "db2") + enc("SELECT", "0") + enc("STRLEN", "t"))
                 for i in range(len(data)):
@@ -647,13 +674,15 @@ def test_deep_pipeline_pins_past_256(redis_srv, make_proxy):
     with ctl(redis_srv) as c:
         for i in range(100):
             assert c.cmd("SET", "d:%d" % i, "val-%d" % i) == b"OK"
-    with Conn(proxy.port) as c:
+    with Shared(proxy.port) as c:
         c.send(b"".join(enc("GET", "d:%d" % (i % 100)) for i in range(10000)))
         got = c.replies(10000, timeout=20)
         bad = [(i, g) for i, g in enumerate(got) if g != b"val-%d" % (i % 100)]
         assert not bad, "first wrong replies (index, got): %r" % bad[:5]
-        wait_conns(redis_srv, 2, "a client that had 256 requests in flight")
         assert c.cmd("INCR", "after") == 1
+        # Stateless again, with nothing owed: back on the shared connection.
+        assert c.cmd("INCR", "after") == 2
+        wait_conns(redis_srv, 1, "a client that had 256 requests in flight")
 
 
 # --------------------------------------------------------------------------
@@ -734,7 +763,7 @@ def test_protocol_error_after_pipelined_requests(redis_srv, make_proxy):
     assert d == (b"+OK\r\n+PONG\r\n$1\r\nv\r\n"
                  b"-ERR Protocol error: invalid multibulk length\r\n"), d
     assert p == d
-    with Conn(proxy.port) as c:
+    with Shared(proxy.port) as c:
         assert c.cmd("GET", "k") == b"v"
     wait_conns(redis_srv, 1, "after the protocol error")
 
@@ -751,7 +780,7 @@ def test_clients_leaving_with_replies_owed(redis_srv, make_proxy):
     def leaver():
         for rnd in range(15):
             for i in range(10):
-                c = Conn(proxy.port)
+                c = Shared(proxy.port)
                 c.send(enc("GET", "big:%d" % i) * 100 + enc("DEBUG", "SLEEP", "0")
                        + enc("INCR", "leaver"))
                 c.close()
@@ -759,7 +788,7 @@ def test_clients_leaving_with_replies_owed(redis_srv, make_proxy):
 
     def checker(i):
         def run():
-            with Conn(proxy.port) as c:
+            with Shared(proxy.port) as c:
                 n = 0
                 while not stop.is_set() or n < 20:
                     c.send((enc("GET", "own:%d" % i) + enc("ECHO", "e%d" % i)) * 50)
@@ -768,7 +797,7 @@ def test_clients_leaving_with_replies_owed(redis_srv, make_proxy):
                     n += 1
         return run
     run_threads([leaver] + [checker(i) for i in range(4)])
-    with Conn(proxy.port) as c:
+    with Shared(proxy.port) as c:
         assert c.cmd("GET", "own:0") == b"mine-0"
         c.send(enc("ECHO", "a") + enc("ECHO", "b"))
         assert c.replies(2) == [b"a", b"b"]
@@ -779,10 +808,10 @@ def test_backend_restart_with_replies_owed(redis_srv, make_proxy):
     proxy = start(make_proxy, redis_srv)
     with ctl(redis_srv) as c:
         assert c.cmd("SET", "k", "v") == b"OK"
-    owed = Conn(proxy.port)
-    behind = Conn(proxy.port)
-    idle = Conn(proxy.port)
-    pinned = Conn(proxy.port)
+    owed = Shared(proxy.port)
+    behind = Shared(proxy.port)
+    idle = Shared(proxy.port)
+    pinned = Shared(proxy.port)
     try:
         assert idle.cmd("PING") == b"PONG"
         assert pinned.cmd("CLIENT", "SETNAME", "pinned") == b"OK"
@@ -805,12 +834,12 @@ def test_backend_restart_with_replies_owed(redis_srv, make_proxy):
 
         def works():
             try:
-                with Conn(proxy.port, timeout=2) as c:
+                with Shared(proxy.port, timeout=2) as c:
                     return c.cmd("SET", "after", "1") == b"OK"
             except (OSError, EOFError, TimeoutError):
                 return False
         wait_for(works, 10, "a new client after the backend restart")
-        with Conn(proxy.port) as c:
+        with Shared(proxy.port) as c:
             c.send(enc("GET", "after") + enc("INCR", "after"))
             assert c.replies(2) == [b"1", 2]
         wait_conns(redis_srv, 1, "new clients shared again after the restart")
@@ -824,7 +853,7 @@ def test_backend_down_for_an_idle_shared_client(redis_srv, make_proxy):
     direct client's does; a new client gets the proxy's "backend
     unavailable" error and EOF."""
     proxy = start(make_proxy, redis_srv)
-    idle = Conn(proxy.port)
+    idle = Shared(proxy.port)
     try:
         assert idle.cmd("PING") == b"PONG"
         redis_srv.stop()
@@ -837,7 +866,7 @@ def test_backend_down_for_an_idle_shared_client(redis_srv, make_proxy):
 
         def works():
             try:
-                with Conn(proxy.port, timeout=2) as c:
+                with Shared(proxy.port, timeout=2) as c:
                     return c.cmd("SET", "after", "1") == b"OK"
             except (OSError, EOFError, TimeoutError):
                 return False
@@ -851,7 +880,7 @@ def test_shared_connection_over_unix_socket(tmp_path, make_redis, make_proxy):
     r = make_redis(["--unixsocket", sock, "--unixsocketperm", "700"])
     p = make_proxy(r, dict(MUX), backend_addr="unix:" + sock)
     wait_shared(p, r)
-    conns = [Conn(p.port) for _ in range(5)]
+    conns = [Shared(p.port) for _ in range(5)]
     try:
         for i, c in enumerate(conns):
             c.send(enc("SET", "u%d" % i, i) + enc("GET", "u%d" % i))
@@ -875,8 +904,8 @@ def test_reload_to_another_backend(redis_srv, make_redis, make_proxy):
     with ctl(redis_srv) as a, ctl(other) as b:
         assert a.cmd("SET", "where", "old") == b"OK"
         assert b.cmd("SET", "where", "new") == b"OK"
-    owed = Conn(proxy.port)
-    idle = Conn(proxy.port)
+    owed = Shared(proxy.port)
+    idle = Shared(proxy.port)
     pause = ctl(redis_srv)
     try:
         assert idle.cmd("GET", "where") == b"old"
@@ -892,7 +921,7 @@ def test_reload_to_another_backend(redis_srv, make_redis, make_proxy):
         wait_for(lambda: "reloaded" in proxy.stderr(), 5, "the reload")
         assert owed.read_until_eof(timeout=5) == b""
         assert pause.cmd("CLIENT", "UNPAUSE") == b"OK"
-        with Conn(proxy.port) as c:
+        with Shared(proxy.port) as c:
             assert c.cmd("GET", "where") == b"new"
         assert idle.cmd("GET", "where") == b"new"       # by design, as after a restart
         with ctl(redis_srv) as a:
@@ -912,13 +941,13 @@ def test_slow_reader_does_not_stall_others(redis_srv, make_proxy):
         assert c.cmd("SET", "big", b"x" * BIG) == b"OK"
         assert c.cmd("SET", "small", "s") == b"OK"
     one = b"$%d\r\n" % BIG + b"x" * BIG + b"\r\n"
-    slow1 = Conn(proxy.port)
-    slow2 = Conn(proxy.port)
+    slow1 = Shared(proxy.port)
+    slow2 = Shared(proxy.port)
     try:
         slow1.send(enc("GET", "big") * 250)        # under 256: stays shared
         slow2.send(enc("GET", "big") * 1000)       # pins after 256
         time.sleep(0.3)
-        with Conn(proxy.port) as fast:
+        with Shared(proxy.port) as fast:
             for rnd in range(3):
                 t0 = time.monotonic()
                 for _ in range(100):
@@ -948,7 +977,7 @@ def test_redis_not_reading_pauses_then_resumes_writers(redis_srv, make_proxy):
 
         def writer(i):
             def run():
-                with Conn(proxy.port, timeout=15) as c:
+                with Shared(proxy.port, timeout=15) as c:
                     c.send(b"".join(enc("SET", "w:%d:%d" % (i, k), val) + enc("INCR", "wn:%d" % i)
                                     for k in range(20)))
                     assert c.replies(40) == [x for k in range(20) for x in (b"OK", k + 1)]
@@ -956,12 +985,12 @@ def test_redis_not_reading_pauses_then_resumes_writers(redis_srv, make_proxy):
             return run
 
         def reader():
-            with Conn(proxy.port, timeout=15) as c:
+            with Shared(proxy.port, timeout=15) as c:
                 for k in range(50):
                     assert c.cmd("ECHO", "r%d" % k) == b"r%d" % k
         run_threads([writer(i) for i in range(3)] + [reader])
         assert sleeper.reply() == b"OK"
-        with Conn(proxy.port) as c:
+        with Shared(proxy.port) as c:
             assert c.cmd("GET", "wn:2") == b"20"
     finally:
         sleeper.close()
@@ -969,9 +998,9 @@ def test_redis_not_reading_pauses_then_resumes_writers(redis_srv, make_proxy):
 
 def test_sigterm_with_shared_and_pinned_clients(redis_srv, make_proxy):
     proxy = start(make_proxy, redis_srv)
-    shared = Conn(proxy.port)
-    pinned = Conn(proxy.port)
-    busy = Conn(proxy.port)
+    shared = Shared(proxy.port)
+    pinned = Shared(proxy.port)
+    busy = Shared(proxy.port)
     try:
         assert shared.cmd("PING") == b"PONG"
         assert pinned.cmd("CLIENT", "SETNAME", "pinned") == b"OK"
@@ -998,7 +1027,7 @@ def test_sigterm_after_client_left_with_reply_owed(redis_srv, make_proxy, how):
     """A client leaves while its reply is still owed on the shared
     connection; then SIGTERM: the proxy must still exit, and 0."""
     proxy = start(make_proxy, redis_srv)
-    c = Conn(proxy.port)
+    c = Shared(proxy.port)
     c.send(enc("DEBUG", "SLEEP", "0.5") + enc("GET", "k"))
     time.sleep(0.1)
     if how == "reset":
