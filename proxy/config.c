@@ -707,6 +707,7 @@ static void proxy_defaults(struct config *cfg)
     cfg->connect_timeout = 3000;
     cfg->log_keys = LOG_KEYS_FULL;
     cfg->event_window = 10;
+    cfg->multiplex = 1;
 }
 
 void config_defaults(struct config *cfg)

@@ -32,7 +32,7 @@ struct config {
     char *admin;                    /* NULL = off, else "host:port" */
     enum log_keys log_keys;         /* full */
     unsigned event_window;          /* seconds repeats are folded; 10 */
-    int multiplex;                  /* share backend connections between stateless sessions; 0 */
+    int multiplex;                  /* share backend connections between sessions; 1 */
 
     /* [default], [ttl "P"], [durable "P"] */
     struct ruleset rules;

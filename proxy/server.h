@@ -56,6 +56,7 @@ struct server {
     int auth_known;                  /* the control connection has said whether... */
     int clients_must_auth;           /* ...Redis wants AUTH from a client that connects now */
     int databases;                   /* CONFIG GET databases; 0 while unknown */
+    uint64_t paused_until;           /* monotonic ms: a CLIENT PAUSE seen lasts until then */
 
     uv_stream_t *listener;           /* a uv_tcp_t or uv_pipe_t of our own; NULL when closed */
     int listen_override;             /* --listen / --backend given: a reload keeps them */

@@ -695,6 +695,11 @@ static void track_identity(struct session *s, const struct request *req, enum cm
         if (req->argc == 3 && slice_eq_nocase(req->argv[1], "setname")) {
             free(s->client_name);
             s->client_name = req->argv[2].len ? xmemdup(req->argv[2].p, req->argv[2].len) : NULL;
+        } else if (req->argc >= 3 && slice_eq_nocase(req->argv[1], "pause") &&
+                   slice_to_ll(req->argv[2], &db) == 0 && db >= 0) {
+            s->srv->paused_until = now_ms_monotonic() + (uint64_t)db;
+        } else if (req->argc == 2 && slice_eq_nocase(req->argv[1], "unpause")) {
+            s->srv->paused_until = 0;
         }
         break;
     case CID_WATCH:
@@ -811,6 +816,15 @@ static enum route shared_route(struct session *s, const struct request *req,
     return ci->id == CID_SELECT ? RT_SELECT : RT_HERE;
 }
 
+/* While a CLIENT PAUSE sent through the proxy lasts, Redis holds each
+ * connection's commands back one by one: clients that would share a
+ * connection would wait behind each other instead (INFO blocked_clients
+ * would count one). Nobody joins a shared connection then. */
+static int paused(const struct server *srv)
+{
+    return srv->paused_until != 0 && now_ms_monotonic() < srv->paused_until;
+}
+
 /* multiplex = on: a session starts on a connection of its own, and joins
  * the shared connection of its state with a request that can be shared,
  * once an earlier request has been answered and nothing is owed. So a
@@ -827,7 +841,7 @@ static void consider_sharing(struct session *s, const struct request *req,
     }
     if (s->stateful || s->served == 0 || ci->id == CID_SELECT || ci->id == CID_HELLO ||
         ci->id == CID_CLIENT || s->qlen > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
-        reply_in_progress(s) || !mux_shareable(s->srv) || mux_attach(s) < 0)
+        reply_in_progress(s) || !mux_shareable(s->srv) || paused(s->srv) || mux_attach(s) < 0)
         return;
     bconn_close(&s->be);
     session_set_mode(s, SM_SHARED);

@@ -63,7 +63,21 @@ run_pass() {
     fi
 }
 
+# The integration tests again with a backend connection per client
+# (multiplex = off; the default shares them).
+run_one_to_one() {
+    local name=$1 dir=$2
+    echo "== [$name] integration tests, multiplex = off"
+    if ! TTLG_PROXY_CONF="multiplex=off" TTLG_BIN="$PWD/$dir/ttlguard" \
+            /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"; then
+        failed=1; summary+=("$name integration (1:1): FAILED")
+    else
+        summary+=("$name integration (1:1): ok")
+    fi
+}
+
 run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_one_to_one release build
 if [ "$suite" -eq 1 ]; then
     for mode in ttlguard mux; do
         echo "== [redis suite] Redis's own tests through ttlguard, mode $mode"

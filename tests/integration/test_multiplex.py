@@ -186,6 +186,22 @@ def test_new_client_starts_on_its_own_connection(redis_srv, make_proxy):
         assert a.cmd("GET", "k") == b"v" and b.cmd("DBSIZE") == 1
 
 
+def test_no_sharing_while_a_client_pause_lasts(redis_srv, make_proxy):
+    """Under CLIENT PAUSE Redis holds each connection's commands back on
+    its own (INFO blocked_clients counts them): clients join no shared
+    connection while a pause sent through the proxy lasts."""
+    proxy = start(make_proxy, redis_srv)
+    base = len(proxy_conns(redis_srv))          # the shared connection of db 0
+    with Conn(proxy.port) as admin, Conn(proxy.port) as a, Conn(proxy.port) as b:
+        assert admin.cmd("CLIENT", "PAUSE", "10000", "WRITE") == b"OK"
+        for c in (a, b):
+            assert c.cmd("GET", "x") is None and c.cmd("GET", "x") is None
+        wait_conns(redis_srv, base + 3, "admin, a and b, each on its own while paused")
+        assert admin.cmd("CLIENT", "UNPAUSE") == b"OK"
+        assert a.cmd("GET", "x") is None and b.cmd("GET", "x") is None
+        wait_conns(redis_srv, base + 1, "a and b on the shared connection after UNPAUSE")
+
+
 def test_concurrent_pipelines_get_their_own_replies(redis_srv, make_proxy):
     proxy = start(make_proxy, redis_srv)
     nthreads, rounds, depth = 8, 5, 200     # 200 in flight: stays shared

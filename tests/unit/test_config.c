@@ -86,7 +86,7 @@ Test(config, example_file_loads)
     cr_assert_null(cfg.events);
     cr_assert_null(cfg.admin);
     cr_assert_eq(cfg.event_window, 10);
-    cr_assert_eq(cfg.multiplex, 0);
+    cr_assert_eq(cfg.multiplex, 1);
 
     cr_assert_eq(cfg.rules.dflt.action, ACTION_ALLOW);
     cr_assert_eq(cfg.rules.n, 2);
@@ -163,7 +163,7 @@ Test(config, every_proxy_key)
             "admin = 127.0.0.1:9121\n"
             "log_keys = hash\n"
             "event_window = 1\n"
-            "multiplex = on\n", &cfg);
+            "multiplex = off\n", &cfg);
     cr_assert_str_eq(cfg.listen, "unix:/tmp/ttlg.sock");
     cr_assert_str_eq(cfg.backend, "[::1]:7000");
     cr_assert_str_eq(cfg.backend_username, "app");
@@ -176,7 +176,7 @@ Test(config, every_proxy_key)
     cr_assert_str_eq(cfg.admin, "127.0.0.1:9121");
     cr_assert_eq(cfg.log_keys, LOG_KEYS_HASH);
     cr_assert_eq(cfg.event_window, 1);
-    cr_assert_eq(cfg.multiplex, 1);
+    cr_assert_eq(cfg.multiplex, 0);
     config_free(&cfg);
 
     load_ok("[proxy]\nlog_keys = prefix\nevents = stderr\nbackend_password = p\n"
