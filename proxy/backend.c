@@ -193,10 +193,8 @@ void bconn_read_stop(struct bconn *b)
     b->reading = 0;
 }
 
-/* The proxy's AUTH (backend_username, backend_password) as a request. */
-static void send_auth(struct bconn *b)
+char *auth_request(const struct config *cfg, size_t *len)
 {
-    const struct config *cfg = b->srv->cfg;
     const char *user = cfg->backend_username, *pass = cfg->backend_password;
     size_t cap = 64 + (user ? strlen(user) : 0) + strlen(pass);
     char *req = xmalloc(cap);
@@ -206,7 +204,15 @@ static void send_auth(struct bconn *b)
                      strlen(user), user, strlen(pass), pass);
     else
         n = snprintf(req, cap, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n", strlen(pass), pass);
-    bconn_write_bytes(b, req, (size_t)n);
+    *len = (size_t)n;
+    return req;
+}
+
+static void send_auth(struct bconn *b)
+{
+    size_t n;
+    char *req = auth_request(b->srv->cfg, &n);
+    bconn_write_bytes(b, req, n);
     free(req);
 }
 

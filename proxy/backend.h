@@ -100,4 +100,10 @@ void bconn_cron(struct bconn *b, uint64_t now);
 /* From now on replies are not framed: the connection relays a replication stream. */
 void bconn_set_raw(struct bconn *b);
 
+struct config;
+
+/* The proxy's AUTH (backend_username, backend_password) as a request of *len
+ * bytes; the caller frees it. */
+char *auth_request(const struct config *cfg, size_t *len);
+
 #endif

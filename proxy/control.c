@@ -52,17 +52,9 @@ static void send_probe(enum probe what)
     case PR_NAME:   p = name; n = sizeof name - 1; break;
     case PR_DATABASES: p = dbs; n = sizeof dbs - 1; break;
     case PR_AUTH:
-    default: {
-        const char *user = cfg->backend_username, *pass = cfg->backend_password;
-        size_t cap = 64 + (user ? strlen(user) : 0) + strlen(pass);
-        auth = xmalloc(cap);
-        n = (size_t)(user ? snprintf(auth, cap, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n",
-                                     strlen(user), user, strlen(pass), pass)
-                          : snprintf(auth, cap, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n",
-                                     strlen(pass), pass));
-        p = auth;
+    default:
+        p = auth = auth_request(cfg, &n);
         break;
-    }
     }
     ctl.owed[(ctl.head + ctl.n) % OWED_MAX] = (unsigned char)what;
     ctl.n++;

@@ -167,8 +167,7 @@ static void flush_all(struct session *s)
         return;
     }
     flush_requests(s);
-    if (toc_owner == s)
-        session_flush_client();
+    session_flush_client();
 }
 
 /* Add bytes for s's client (copied, or a span valid until the flush). */
