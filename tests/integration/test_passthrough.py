@@ -6,6 +6,7 @@ command at a time, as one pipelined write, and dribbled one byte per write.
 """
 
 import re
+import socket
 import time
 
 import pytest
@@ -312,3 +313,76 @@ def test_reply_pairing_edge_cases(pair, name):
     want, got = _run_both(pair, run)
     assert want.endswith(b"+OK\r\n")
     assert _norm(got) == _norm(want)
+
+
+def _sync_stream(port, sync, redis_port):
+    """SYNC/PSYNC on a raw socket: skip newline keepalives and the RDB (a bulk
+    without a trailing CRLF), then read the command stream that follows a
+    write made by another client. Returns the first stream bytes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(b"PSYNC ? -1\r\n" if sync == "psync" else b"SYNC\r\n")
+        buf = b""
+
+        def line():
+            nonlocal buf
+            while b"\n" not in buf:
+                d = s.recv(65536)
+                if not d:
+                    raise EOFError(buf[:200])
+                buf += d
+            ln, buf = buf.split(b"\n", 1)
+            return ln
+        ln = line()
+        while ln in (b"", b"\r"):                   # keepalives while the RDB is made
+            ln = line()
+        if sync == "psync":
+            assert ln.startswith(b"+FULLRESYNC "), ln
+            ln = line()
+            while ln in (b"", b"\r"):
+                ln = line()
+        assert ln.startswith(b"$"), ln
+        n = int(ln[1:].strip())
+        while len(buf) < n:
+            buf += s.recv(65536)
+        buf = buf[n:]                               # the RDB; no CRLF after it
+        with Conn(redis_port) as w:
+            assert w.cmd("SET", "repl:k", "v") == b"OK"
+        while b"repl:k" not in buf:
+            d = s.recv(65536)
+            if not d:
+                raise EOFError(buf[:200])
+            buf += d
+        return buf
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("sync", ["sync", "psync"])
+def test_replication_stream_relayed(pair, sync):
+    """After SYNC/PSYNC the connection carries an RDB payload without a
+    trailing CRLF and then the command stream: relayed as it comes."""
+    direct, prox = pair
+    want = _sync_stream(direct.port, sync, direct.redis.port)
+    got = _sync_stream(prox.port, sync, direct.redis.port)
+    assert b"repl:k" in want and want.startswith(b"*")
+    assert got == want
+
+
+def test_reply_nested_thousands_deep(pair):
+    """A Lua table that contains itself: Redis sends about 8,000 nested
+    arrays and an error at the bottom; the proxy has no depth limit of its
+    own, and the connection goes on."""
+    script = "local a = {} local b = {a} a[1] = b return a"
+
+    def run(port):
+        with Conn(port) as c:
+            c.send(enc("EVAL", script, "0") + enc("PING"))
+            raw = c.read_exact(4 * 7000)
+            rest = c.sock.recv(1 << 20)
+            while b"+PONG\r\n" not in rest:
+                rest += c.sock.recv(1 << 20)
+            return bytes(raw) + rest
+    want, got = _run_both(pair, run)
+    assert want.startswith(b"*1\r\n" * 7000) and want.endswith(b"+PONG\r\n")
+    assert got == want

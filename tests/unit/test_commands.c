@@ -117,6 +117,41 @@ Test(lookup, length_is_exact)
     cr_assert_eq(command_is_known(longname, sizeof longname), 0);
 }
 
+/* One lookup gives the row, the id and the session flags the proxy switches on. */
+Test(lookup, resolve_gives_id_and_flags)
+{
+    const struct cmd_info *get = command_resolve("GET", 3);
+    cr_assert_not_null(get);
+    cr_assert_null(get->row);                   /* a read: not in the key table */
+    cr_assert_eq(get->id, CID_OTHER);
+    cr_assert_eq(get->sflags & CS_PIN, 0);
+
+    const struct cmd_info *set = command_resolve("sEt", 3);
+    cr_assert_eq(set->row, command_lookup("set", 3));
+    cr_assert_eq(set->id, CID_SET);
+    cr_assert_eq(set->sflags & CS_PIN, 0);
+
+    /* Blocking rows and scripts pin from the table's own flags. */
+    const char *pins[] = { "blpop", "brpoplpush", "xreadgroup", "xread", "eval", "evalsha",
+                           "fcall_ro", "auth", "multi", "watch", "subscribe", "monitor",
+                           "sync", "psync", "wait", "quit", "reset", "readonly", "asking" };
+    for (size_t i = 0; i < sizeof pins / sizeof pins[0]; i++) {
+        const struct cmd_info *ci = command_resolve(pins[i], strlen(pins[i]));
+        cr_assert_not_null(ci, "%s", pins[i]);
+        cr_assert(ci->sflags & CS_PIN, "%s pins", pins[i]);
+    }
+    /* State the proxy can carry for a shared session: decided by the
+     * session from the arguments, not by a flag. */
+    const char *carried[] = { "select", "hello", "client" };
+    for (size_t i = 0; i < sizeof carried / sizeof carried[0]; i++)
+        cr_assert_eq(command_resolve(carried[i], strlen(carried[i]))->sflags & CS_PIN, 0,
+                     "%s", carried[i]);
+    cr_assert_eq(command_resolve("select", 6)->id, CID_SELECT);
+    cr_assert_eq(command_resolve("HELLO", 5)->id, CID_HELLO);
+    cr_assert_null(command_resolve("nosuch", 6));
+    cr_assert_null(command_resolve("get\0", 4));
+}
+
 Test(lookup, reads_are_known_but_not_in_the_table)
 {
     static const char *reads[] = {
