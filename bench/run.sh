@@ -4,7 +4,11 @@
 # through ttlguard and through nutcracker (twemproxy), measured in one run.
 #
 #   pass mode     redis-benchmark GET SET INCR LPUSH MSET at -P 1 and -P 16
-#                 against direct | ttlguard | nutcracker            (issue 2)
+#                 against direct | ttlguard (multiplex = on, shared) |
+#                 ttlguard_1to1 (multiplex = off) | nutcracker      (issue 2);
+#                 and, second table, the same with redis-benchmark --dbnum 1
+#                 (SELECT at connect) and -3 (HELLO 3 at connect) against
+#                 direct | ttlguard (--no-state to skip)
 #   rewrite mode  SET INCR LPUSH HSET at -P 1 and -P 16 through three ttlguard
 #                 instances: no rules | rules that miss the benchmark's keys |
 #                 rules that rewrite them                           (issue 3)
@@ -34,22 +38,31 @@ usage() {
     cat <<EOF
 usage: bench/run.sh [--mode pass|rewrite|all] [--quick] [options]
 
-  --mode M          pass: direct vs ttlguard (1:1 and multiplex = on) vs
-                    nutcracker; rewrite: rewritten
-                    vs pass-through ttlguard; all (default): both tables
+  --mode M          pass: direct vs ttlguard (multiplex = on) vs
+                    ttlguard_1to1 (multiplex = off) vs nutcracker, then the
+                    connection-state table; rewrite: rewritten vs
+                    pass-through ttlguard; all (default): all tables
   --quick           short plumbing check (a minute or two): --seconds 0.2
   --rounds N        rounds per case, the table shows the median (default 3)
   --seconds S       target length of one measurement, calibrated against the
                     table's first target (default 2)
   --targets LIST    pass mode targets, comma separated subset of
-                    direct,ttlguard,ttlguard_mux,nutcracker (default: all four)
+                    direct,ttlguard,ttlguard_1to1,nutcracker (default: all
+                    four; the first one is the calibration target)
+  --no-state        pass mode: skip the real-client connection-state table
+                    (redis-benchmark --dbnum 1 and -3 against direct and
+                    ttlguard, those of them in --targets); --state: run it
+                    (default)
   --pin | --no-pin  pin redis-server to CPU 0, proxies to CPU 1 and
                     redis-benchmark to the other CPUs; default: pin only when
                     there are 4 CPUs or more (with 2, the benchmark client and
                     a proxy would have to share a CPU the other side lacks)
   --ttlg-option KV  add "KV" (e.g. 'events = /tmp/ev.log') to the [proxy]
                     section of every ttlguard config; repeatable. An admin
-                    address only with --mode pass and one ttlguard target
+                    address only with --mode pass and one ttlguard target.
+                    'multiplex = on|off' only with --mode rewrite (its three
+                    instances use multiplex = on otherwise); pass targets
+                    set it themselves
   --raw FILE        also write every measurement as CSV to FILE
   -h, --help        this text
 
@@ -66,7 +79,8 @@ EOF
 MODE=all
 ROUNDS=3
 SECONDS_PER=2
-PASS_TARGETS=direct,ttlguard,ttlguard_mux,nutcracker
+PASS_TARGETS=direct,ttlguard,ttlguard_1to1,nutcracker
+STATE=1
 PIN=auto
 RAW=
 TTLG_OPTIONS=()
@@ -80,6 +94,8 @@ while (($#)); do
     --rounds) ROUNDS=${2:?--rounds needs a value}; shift ;;
     --seconds) SECONDS_PER=${2:?--seconds needs a value}; shift ;;
     --targets) PASS_TARGETS=${2:?--targets needs a value}; shift ;;
+    --state) STATE=1 ;;
+    --no-state) STATE=0 ;;
     --pin) PIN=yes ;;
     --no-pin) PIN=no ;;
     --ttlg-option) TTLG_OPTIONS+=("${2:?--ttlg-option needs a value}"); shift ;;
@@ -99,13 +115,41 @@ case $MODE in pass | rewrite | all) ;; *) die "--mode must be pass, rewrite or a
 
 IFS=, read -r -a PASS_LIST <<<"$PASS_TARGETS"
 for t in "${PASS_LIST[@]}"; do
-    case $t in direct | ttlguard | ttlguard_mux | nutcracker) ;; *) die "unknown target '$t'" ;; esac
+    case $t in
+    direct | ttlguard | ttlguard_1to1 | nutcracker) ;;
+    ttlguard_mux) die "target ttlguard_mux is now 'ttlguard' (multiplex = on); the 1:1 mode is 'ttlguard_1to1'" ;;
+    *) die "unknown target '$t'" ;;
+    esac
 done
 
 want_pass() { [[ $MODE == pass || $MODE == all ]]; }
 want_rewrite() { [[ $MODE == rewrite || $MODE == all ]]; }
 in_pass() { [[ ",$PASS_TARGETS," == *",$1,"* ]]; }
-need_ttlguard() { want_rewrite || in_pass ttlguard || in_pass ttlguard_mux; }
+need_ttlguard() { want_rewrite || in_pass ttlguard || in_pass ttlguard_1to1; }
+
+# multiplex is what tells the two pass-mode ttlguard targets apart, and a key
+# set twice is a config error: a --ttlg-option may set it for the rewrite
+# instances only (they default to on, the built-in default to be).
+REWRITE_MUX=on
+for opt in "${TTLG_OPTIONS[@]}"; do
+    if [[ $opt =~ ^[[:space:]]*multiplex[[:space:]]*= ]]; then
+        want_pass && die "--ttlg-option '$opt': the pass targets set multiplex (ttlguard: on, ttlguard_1to1: off); use --targets"
+        REWRITE_MUX=${opt#*=}
+        REWRITE_MUX=${REWRITE_MUX//[[:space:]]/}
+    fi
+done
+
+# The connection-state table: the pass cases again, with redis-benchmark
+# sending SELECT 1 (--dbnum 1) or HELLO 3 (-3) on every connection before its
+# first command, against direct and shared ttlguard. nutcracker refuses both
+# commands. A state target is BASE+VARIANT: direct+db1, ttlguard+resp3...
+STATE_BASES=()
+if want_pass && ((STATE)); then
+    for t in direct ttlguard; do in_pass $t && STATE_BASES+=("$t"); done
+    ((${#STATE_BASES[@]})) || { say "no direct or ttlguard target: no connection-state table"; STATE=0; }
+fi
+((${#STATE_BASES[@]})) || STATE=0
+STATE_VARIANTS=(db1 resp3)
 
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
@@ -227,28 +271,32 @@ start_and_wait redis-server "$REDIS_PORT" "$WORK/redis.log" \
 
 rcli() { "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" "$@" >/dev/null; }
 
-# write_ttlg_config FILE PORT RULES: a ttlguard config with RULES (INI text)
-# after the [proxy] section.
+# write_ttlg_config FILE PORT MULTIPLEX RULES: a ttlguard config with
+# multiplex set explicitly (never the binary's built-in default) and RULES
+# (INI text) after the [proxy] section. MULTIPLEX "" leaves the line to a
+# --ttlg-option.
 write_ttlg_config() {
-    local file=$1 port=$2 rules=$3 opt
+    local file=$1 port=$2 mux=$3 rules=$4 opt
     {
         echo "; written by bench/run.sh"
         echo "[proxy]"
         echo "listen = 127.0.0.1:$port"
         echo "backend = 127.0.0.1:$REDIS_PORT"
+        [[ -n $mux ]] && echo "multiplex = $mux"
         for opt in "${TTLG_OPTIONS[@]}"; do echo "$opt"; done
         printf '%s' "$rules"
     } >"$file"
 }
 
-# start_ttlguard NAME RULES: a ttlguard on PORT[NAME] with RULES.
+# start_ttlguard NAME MULTIPLEX RULES: a ttlguard on PORT[NAME] with RULES.
 start_ttlguard() {
-    local name=$1 rules=$2 port
+    local name=$1 mux=$2 rules=$3 port
     free_port port
-    write_ttlg_config "$WORK/$name.ini" "$port" "$rules"
+    write_ttlg_config "$WORK/$name.ini" "$port" "$mux" "$rules"
     start_and_wait "$name" "$port" "$WORK/$name.log" \
         "${CPU_PROXY[@]}" "$TTLG_BIN" --config "$WORK/$name.ini"
     PORT[$name]=$port
+    TPID[$name]=${PIDS[-1]}
 }
 
 # Rules that put redis-benchmark's own keys under rewrite rules. The keys it
@@ -290,12 +338,12 @@ action = rewrite
 done
 
 # Pass-mode targets and rewrite-mode targets: name -> port.
-declare -A PORT
+declare -A PORT TPID
 if want_pass; then
     in_pass direct && PORT[direct]=$REDIS_PORT
-    if in_pass ttlguard; then start_ttlguard ttlguard ""; fi
-    # The same binary with the shared backend connection ([proxy] multiplex).
-    if in_pass ttlguard_mux; then start_ttlguard ttlguard_mux $'multiplex = on\n'; fi
+    # Shared backend connections (the default config) and 1:1.
+    if in_pass ttlguard; then start_ttlguard ttlguard on ""; fi
+    if in_pass ttlguard_1to1; then start_ttlguard ttlguard_1to1 off ""; fi
     if in_pass nutcracker; then
         free_port NC_PORT
         free_port NC_STATS
@@ -324,9 +372,12 @@ EOF
     fi
 fi
 if want_rewrite; then
-    start_ttlguard rw_pass ""
-    start_ttlguard rw_miss "$RULES_MISS"
-    start_ttlguard rw_rewrite "$RULES_REWRITE"
+    # With a multiplex --ttlg-option, that line sets it (REWRITE_MUX).
+    rw_mux=on
+    for opt in "${TTLG_OPTIONS[@]}"; do [[ $opt =~ ^[[:space:]]*multiplex[[:space:]]*= ]] && rw_mux=; done
+    start_ttlguard rw_pass "$rw_mux" ""
+    start_ttlguard rw_miss "$rw_mux" "$RULES_MISS"
+    start_ttlguard rw_rewrite "$rw_mux" "$RULES_REWRITE"
     # Plumbing check: a list pushed through the rewrite instance must end
     # with a TTL, one pushed through the no-match instance must not.
     rcli unlink mylist
@@ -363,6 +414,11 @@ if need_ttlguard; then
     ldd "$TTLG_BIN" 2>/dev/null | grep -qE 'libasan|libubsan' &&
         sanitized=" — SANITIZER BUILD, numbers are meaningless"
     echo "- ttlguard: $TTLG_BIN, $(first_line "$TTLG_BIN" --version)$sanitized"
+    mux_note=()
+    want_pass && in_pass ttlguard && mux_note+=("ttlguard multiplex = on")
+    want_pass && in_pass ttlguard_1to1 && mux_note+=("ttlguard_1to1 multiplex = off")
+    want_rewrite && mux_note+=("rewrite instances multiplex = $REWRITE_MUX")
+    echo "- ttlguard configs: $(IFS=,; echo "${mux_note[*]}" | sed 's/,/, /g'); no rules unless said"
 fi
 if [[ $PIN == yes ]]; then
     echo "- pinned: redis-server CPU 0, proxies CPU 1, redis-benchmark ${CPU_CLIENT[2]:-unpinned}"
@@ -378,34 +434,49 @@ echo
 
 [[ -n $RAW ]] && echo "table,test,pipeline,target,round,requests,rps" >"$RAW"
 
-# bench_rps PORT TEST PIPELINE N: print the requests/s redis-benchmark reports,
-# or return 1. A hung proxy must not hang the run: hence the timeout.
+# target_args TARGET: set TPORT, TDB (the database its keys are in) and TARGS
+# (extra redis-benchmark arguments) for a target, BASE or BASE+VARIANT.
+target_args() {
+    local base=${1%%+*} var=
+    [[ $1 == *+* ]] && var=${1#*+}
+    TPORT=${PORT[$base]}
+    case $var in
+    "") TDB=0 TARGS=() ;;
+    db1) TDB=1 TARGS=(--dbnum 1) ;;
+    resp3) TDB=0 TARGS=(-3) ;;
+    *) die "internal: unknown target variant '$var'" ;;
+    esac
+}
+
+# bench_rps TARGET TEST PIPELINE N: print the requests/s redis-benchmark
+# reports, or return 1. A hung proxy must not hang the run: hence the timeout.
 bench_rps() {
-    local port=$1 test=$2 pipe=$3 n=$4 out rps limit
+    local tg=$1 test=$2 pipe=$3 n=$4 out rps limit
+    target_args "$tg"
     case $test in
-    lpush) rcli unlink mylist ;;
-    hset) rcli unlink myhash ;;
+    lpush) rcli -n "$TDB" unlink mylist ;;
+    hset) rcli -n "$TDB" unlink myhash ;;
     esac
     limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
     out=$(timeout -k 5 "$limit" "${CPU_CLIENT[@]}" "$REDIS_BENCHMARK" \
-        -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -r "$KEYSPACE" \
-        -P "$pipe" -t "$test" --csv 2>>"$WORK/redis-benchmark.err") || return 1
+        -h 127.0.0.1 -p "$TPORT" -c "$CLIENTS" -n "$n" -r "$KEYSPACE" \
+        -P "$pipe" -t "$test" "${TARGS[@]}" --csv 2>>"$WORK/redis-benchmark.err") || return 1
     # --csv: a header line, then "TEST","RPS",...
     rps=$(awk -F'"' '$2 != "test" && NF > 4 { r = $4 } END { print r }' <<<"$out")
     [[ $rps =~ ^[0-9]+(\.[0-9]+)?$ ]] || return 1
     echo "$rps"
 }
 
-# calibrate KEY PORT TEST PIPELINE: set N[KEY] to the request count that
+# calibrate KEY TARGET TEST PIPELINE: set N[KEY] to the request count that
 # takes about SECONDS_PER seconds there. Runs in this shell, not in $(...),
 # so that a failure keeps the logs (KEEP_WORK) and stops the run.
 calibrate() {
-    local key=$1 port=$2 test=$3 pipe=$4 probe rps
+    local key=$1 tg=$2 test=$3 pipe=$4 probe rps
     # A probe of about a quarter of the wanted length, at ~40k rps (-P 1)
     # and ~400k rps (-P 16) guessed for a small machine.
     probe=$(awk -v s="$SECONDS_PER" -v p="$pipe" 'BEGIN {
         n = (p == 1 ? 10000 : 100000) * s; if (n < 2000) n = 2000; printf "%d", n }')
-    rps=$(bench_rps "$port" "$test" "$pipe" "$probe") || {
+    rps=$(bench_rps "$tg" "$test" "$pipe" "$probe") || {
         KEEP_WORK=1
         die "calibration of $test -P $pipe failed (see $WORK/redis-benchmark.err)"
     }
@@ -449,7 +520,7 @@ run_table() {
     local t p tg r i k ci=0 rps nt=${#targets[@]}
     for t in "${tests[@]}"; do
         for p in "${pipes[@]}"; do
-            calibrate "$table|$t|$p" "${PORT[${targets[0]}]}" "$t" "$p"
+            calibrate "$table|$t|$p" "${targets[0]}" "$t" "$p"
             say "[$table] calibrated $t -P $p: ${N[$table|$t|$p]} requests"
         done
     done
@@ -459,7 +530,7 @@ run_table() {
                 for ((i = 0; i < nt; i++)); do
                     tg=${targets[$(((i + r + ci) % nt))]}
                     k="$table|$t|$p|$tg"
-                    if rps=$(bench_rps "${PORT[$tg]}" "$t" "$p" "${N[$table|$t|$p]}"); then
+                    if rps=$(bench_rps "$tg" "$t" "$p" "${N[$table|$t|$p]}"); then
                         RESULTS[$k]+=" $rps"
                         say "[$table round $r/$ROUNDS] $t -P $p $tg: $rps"
                         [[ -n $RAW ]] && echo "$table,$t,$p,$tg,$r,${N[$table|$t|$p]},$rps" >>"$RAW"
@@ -504,33 +575,97 @@ below() { # below RATIO LIMIT: true when RATIO is a number under LIMIT
 }
 label() { [[ $1 == mset ]] && echo "MSET (10 keys)" || echo "${1^^}"; }
 
-# Bring the keyspace to the state every GET measurement sees: key:* exists.
+# Bring the keyspace to the state every GET measurement sees: key:* exists,
+# in database 1 too when the --dbnum 1 cases run.
+fill_dbs=(0)
+((STATE)) && fill_dbs+=(1)
 rcli flushall
-timeout 120 "$REDIS_BENCHMARK" -h 127.0.0.1 -p "$REDIS_PORT" -c "$CLIENTS" \
-    -n $((KEYSPACE * 5)) -r "$KEYSPACE" -P 16 -t set -q >/dev/null 2>&1 ||
-    die "could not fill key:* on redis-server"
+for db in "${fill_dbs[@]}"; do
+    timeout 120 "$REDIS_BENCHMARK" -h 127.0.0.1 -p "$REDIS_PORT" -c "$CLIENTS" \
+        -n $((KEYSPACE * 5)) -r "$KEYSPACE" -P 16 -t set -q --dbnum "$db" >/dev/null 2>&1 ||
+        die "could not fill key:* in db $db on redis-server"
+done
+
+# sharing_probe TARGET: set SHARED[TARGET] to the number of backend
+# connections of the target's ttlguard process that Redis shows in the
+# target's state (db, protocol) while CLIENTS redis-benchmark clients loop on
+# GET through it: 1 when they share, CLIENTS when they do not. The proxy's
+# connections are told apart by their local address (ss -p), so another
+# instance's and this redis-cli's do not count, nor its control connection
+# (CLIENT SETNAME ttlguard-control), which carries no client's commands. Runs in this shell, so that
+# cleanup knows the benchmark's PID.
+sharing_probe() {
+    local tg=$1 pid resp=2 n=0 i p keep=() addrs
+    target_args "$tg"
+    [[ " ${TARGS[*]} " == *" -3 "* ]] && resp=3
+    "${CPU_CLIENT[@]}" "$REDIS_BENCHMARK" -h 127.0.0.1 -p "$TPORT" -c "$CLIENTS" \
+        -r "$KEYSPACE" -t get -l -q "${TARGS[@]}" >/dev/null 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    sleep 1.5
+    for i in 1 2 3; do
+        addrs=$(ss -Htnp state established "dport = :$REDIS_PORT" |
+            awk -v pid="pid=${TPID[${tg%%+*}]}," 'index($0, pid) { printf "addr=%s ", $3 }')
+        n=$("$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" client list |
+            awk -v addrs=" $addrs" -v db="db=$TDB" -v resp="resp=$resp" '
+                { a = d = r = 0
+                  for (i = 1; i <= NF; i++) {
+                      if ($i ~ /^addr=/ && index(addrs, " " $i " ")) a = 1
+                      if ($i == db) d = 1; if ($i == resp) r = 1
+                      if ($i == "name=ttlguard-control") a = 0 }
+                  if (a && d && r) k++ }
+                END { print k + 0 }')
+        sleep 0.3
+    done
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    # Gone and reaped: forget the PID, so that cleanup cannot hit a reuse.
+    for p in "${PIDS[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
+    PIDS=("${keep[@]}")
+    SHARED[$tg]=$n
+}
 
 MISSES=()
 if want_pass; then
-    run_table pass "get set incr lpush mset" "1 16" "${PASS_LIST[*]}"
+    PASS_RUN=("${PASS_LIST[@]}")
+    if ((STATE)); then
+        for v in "${STATE_VARIANTS[@]}"; do
+            for b in "${STATE_BASES[@]}"; do PASS_RUN+=("$b+$v"); done
+        done
+    fi
+    # Connections Redis sees per ttlguard target and state, before the rounds.
+    declare -A SHARED
+    probes=()
+    in_pass ttlguard && probes+=(ttlguard)
+    in_pass ttlguard_1to1 && probes+=(ttlguard_1to1)
+    if ((STATE)) && in_pass ttlguard; then probes+=(ttlguard+db1 ttlguard+resp3); fi
+    for tg in "${probes[@]}"; do
+        sharing_probe "$tg"
+        say "[pass] sharing probe $tg: ${SHARED[$tg]} backend connection(s) for $CLIENTS clients"
+    done
+
+    # One run for both tables: every round measures each case on the plain
+    # targets and on the state targets back to back, with the same counts.
+    run_table pass "get set incr lpush mset" "1 16" "${PASS_RUN[*]}"
     echo "## Pass-through"
     echo
-    echo "ttlguard: one backend connection per client (default); ttlguard mux: \`multiplex = on\`."
+    echo "ttlguard: \`multiplex = on\`, shared backend connections (the default config);" \
+        "ttlguard 1:1: \`multiplex = off\`, one backend connection per client."
     echo
-    echo "| test | pipeline | rps direct | rps ttlguard | rps ttlguard mux | rps nutcracker | ttlguard/direct | ttlguard/nutcracker | mux/direct | mux/nutcracker |"
+    echo "| test | pipeline | rps direct | rps ttlguard | rps ttlguard 1:1 | rps nutcracker | ttlguard/direct | ttlguard/nutcracker | 1:1/direct | 1:1/nutcracker |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for t in get set incr lpush mset; do
         for p in 1 16; do
             d=$(med pass $t $p direct)
             g=$(med pass $t $p ttlguard)
-            m=$(med pass $t $p ttlguard_mux)
+            o=$(med pass $t $p ttlguard_1to1)
             c=$(med pass $t $p nutcracker)
             gc=$(ratio "$g" "$c")
-            mc=$(ratio "$m" "$c")
-            echo "| $(label $t) | $p | $(fmt_rps "$d") | $(fmt_rps "$g") | $(fmt_rps "$m") | $(fmt_rps "$c") |" \
-                "$(ratio "$g" "$d") | $gc | $(ratio "$m" "$d") | $mc |"
+            oc=$(ratio "$o" "$c")
+            echo "| $(label $t) | $p | $(fmt_rps "$d") | $(fmt_rps "$g") | $(fmt_rps "$o") | $(fmt_rps "$c") |" \
+                "$(ratio "$g" "$d") | $gc | $(ratio "$o" "$d") | $oc |"
             below "$gc" 1.00 && MISSES+=("pass-through $(label $t) -P $p: ttlguard/nutcracker $gc < 1.00")
-            below "$mc" 1.00 && MISSES+=("pass-through $(label $t) -P $p: ttlguard mux/nutcracker $mc < 1.00")
+            below "$oc" 1.00 && MISSES+=("pass-through $(label $t) -P $p: ttlguard 1:1/nutcracker $oc < 1.00")
         done
     done
     echo
@@ -539,8 +674,61 @@ if want_pass; then
         for p in 1 16; do printf ' %s/-P%s %s' "$(label $t | cut -d' ' -f1)" "$p" "${N[pass|$t|$p]}"; done
     done
     printf '\n\n'
-fi
 
+    if ((STATE)); then
+        echo "## Real-client connection state"
+        echo
+        echo "The same cases with every redis-benchmark connection setting a state first:" \
+            "\`--dbnum 1\` sends \`SELECT 1\`, \`-3\` sends \`HELLO 3\`, before its first command." \
+            "ttlguard (\`multiplex = on\`) shares one backend connection per database x protocol;" \
+            "nutcracker refuses both commands. Measured in the same rounds as the table above," \
+            "same request counts. vs plain: this ttlguard figure / ttlguard's in the table above."
+        echo
+        echo "| state | test | pipeline | rps direct | rps ttlguard | ttlguard/direct | vs plain |"
+        echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+        for v in "${STATE_VARIANTS[@]}"; do
+            case $v in db1) vl="SELECT 1 (\`--dbnum 1\`)" ;; resp3) vl="HELLO 3 (\`-3\`)" ;; esac
+            for t in get set incr lpush mset; do
+                for p in 1 16; do
+                    d=$(med pass $t $p direct+$v)
+                    g=$(med pass $t $p ttlguard+$v)
+                    g0=$(med pass $t $p ttlguard)
+                    echo "| $vl | $(label $t) | $p | $(fmt_rps "$d") | $(fmt_rps "$g") |" \
+                        "$(ratio "$g" "$d") | $(ratio "$g" "$g0") |"
+                done
+            done
+        done
+        echo
+    fi
+    if ((${#probes[@]})); then
+        printf 'Backend connections Redis saw while %s clients looped on GET (before the rounds):' "$CLIENTS"
+        sep=
+        for tg in "${probes[@]}"; do
+            case $tg in
+            ttlguard) pl="ttlguard" ;;
+            ttlguard_1to1) pl="ttlguard 1:1" ;;
+            ttlguard+db1) pl="ttlguard --dbnum 1 (db 1)" ;;
+            ttlguard+resp3) pl="ttlguard -3 (RESP3)" ;;
+            esac
+            printf '%s %s %s' "$sep" "$pl" "${SHARED[$tg]}"
+            sep=,
+        done
+        printf '.\n\n'
+        for tg in "${probes[@]}"; do
+            if [[ $tg == ttlguard_1to1 ]]; then
+                ((SHARED[$tg] == CLIENTS)) && continue
+                what="want $CLIENTS, one per client"
+            else
+                ((SHARED[$tg] == 1)) && continue
+                what="want 1, shared"
+            fi
+            MISSES+=("sharing probe: $tg had ${SHARED[$tg]} backend connections ($what)")
+            echo "**WARNING: $tg had ${SHARED[$tg]} backend connections for $CLIENTS clients ($what):" \
+                "its rows do not measure the mode they are labelled with.**"
+            echo
+        done
+    fi
+fi
 if want_rewrite; then
     run_table rewrite "set incr lpush hset" "1 16" "rw_pass rw_miss rw_rewrite"
     echo "## Rewrite path"
@@ -584,6 +772,18 @@ if ((ROUNDS > 1)); then
         "Run time ${SECONDS}s."
 else
     echo "Noise: unknown, one round only. Run time ${SECONDS}s."
+fi
+# redis-benchmark exits non-zero on an error reply (7.0: "we now immediately
+# exit on error"), which fails the measurement; anything else it said on
+# stderr, apart from nutcracker's refused CONFIG GET at start, is worth a look.
+BENCH_ERR=$(grep -v -e '^WARNING: Could not fetch server CONFIG' -e '^[[:space:]]*$' \
+    "$WORK/redis-benchmark.err" 2>/dev/null | sort | uniq -c | sort -rn || true)
+if [[ -n $BENCH_ERR ]]; then
+    KEEP_WORK=1
+    echo
+    echo "redis-benchmark wrote to stderr (count, line; all of it in $WORK/redis-benchmark.err):"
+    echo
+    head -n 10 <<<"$BENCH_ERR" | sed 's/^ *\([0-9]*\) /- \1x `/; s/$/`/'
 fi
 if ((${#MISSES[@]})); then
     echo
