@@ -1,6 +1,6 @@
 /*
- * session_int: what the client side (session.c) and the shared connection
- * (mux.c) share. Not for other modules: they use session.h.
+ * session_int: what the client side (session.c, reply.c) and the shared
+ * connection (mux.c) share. Not for other modules: they use session.h.
  */
 #ifndef TTLG_SESSION_INT_H
 #define TTLG_SESSION_INT_H
@@ -135,10 +135,24 @@ struct session {
     uint64_t last_active;           /* monotonic ms */
 };
 
-/* session.c, for mux.c */
+/* session.c, for reply.c: the pending queue and the client batch */
+
+struct pending *q_head(struct session *s);
+void q_pop(struct session *s);
+/* Our own replies that reached the head of the queue go out (between replies only). */
+void emit_locals(struct session *s);
+/* Bytes for s's client: copied, or a span valid until the flush. */
+void toc_add(struct session *s, const char *p, size_t n, int copy);
+/* The reply to SYNC/PSYNC is next: the connection becomes a replication stream. */
+void enter_replica(struct session *s);
+
+/* reply.c, for session.c and mux.c */
 
 /* Bytes of one reply for s from the connection its requests went to. */
 void session_reply(struct session *s, const char *p, size_t n, int done, char type, int start);
+
+/* session.c, for mux.c */
+
 /* After a reply for s on the shared connection: deliver, resume, or move to 1:1. */
 void session_settle(struct session *s);
 /* Write what was gathered for the last session's client. */

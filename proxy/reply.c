@@ -1,0 +1,303 @@
+/*
+ * reply: the reply side of a session. Bytes of each reply, as the backend
+ * connection they came on frames them (its own, or a shared one), are
+ * paired with the head of the session's pending queue and go to the client,
+ * or to the proxy (replies to its own requests), or both (the first element
+ * of EXEC's reply to the proxy's own MULTI). The protocol state that only a
+ * reply can confirm is mirrored here: HELLO, AUTH, RESET, MONITOR, RESP2
+ * subscription counts, the carried CLIENT SETINFO / NO-EVICT of a session
+ * that may share, the start of a replication stream.
+ *
+ *   bconn / mux ──▶ session_reply(s, bytes, done, type, start)
+ *                     │ replica: relayed unframed
+ *                     │ keep first/last bytes when they must be read
+ *                     │ head PW_QUEUED / PW_EXEC_FIRST: the proxy's MULTI form
+ *                     └ done ──▶ reply_done: unpaired? (push, pub/sub message,
+ *                                MONITOR line) else apply_reply, pop the head
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "session_int.h"
+#include "server.h"
+#include "stats.h"
+#include "util.h"
+
+/* Is the reply that just completed one that belongs to no request? */
+static int unpaired_reply(struct session *s, char type, const struct pending *head)
+{
+    if (type == '>')
+        return 1;
+    if (s->monitor && type == '+' && s->peeklen > 1 && s->peek[1] >= '0' && s->peek[1] <= '9')
+        return 1;       /* "+1700000000.123456 [0 127.0.0.1:5000] ..." */
+    if (!s->resp3 && type == '*' && (s->nchan + s->npat + s->nshard > 0 ||
+                                     (head && head->what == PW_SUB))) {
+        /* RESP2 pub/sub message: *3 $7 message ..., *4 $8 pmessage ..., *3 $8 smessage */
+        if ((s->peeklen >= 17 && memcmp(s->peek + 4, "$7\r\nmessage\r\n", 13) == 0) ||
+            (s->peeklen >= 18 && (memcmp(s->peek + 4, "$8\r\npmessage\r\n", 14) == 0 ||
+                                  memcmp(s->peek + 4, "$8\r\nsmessage\r\n", 14) == 0)))
+            return 1;
+    }
+    return 0;
+}
+
+/* RESP2 subscription confirmation: *3 $N <kind> <name or nil> :<count> */
+static void apply_confirmation(struct session *s)
+{
+    const char *p = s->peek + 4;
+    size_t n = s->peeklen > 4 ? s->peeklen - 4 : 0;
+    /* count: the last line ":<n>\r\n" of the reply, kept in tail */
+    const char *t = NULL;
+    for (int i = (int)s->taillen - 3; i >= 0; i--) {
+        if (s->tail[i] == ':') {
+            t = s->tail + i + 1;
+            break;
+        }
+    }
+    if (t == NULL)
+        return;
+    long long count = strtoll(t, NULL, 10);
+    struct { const char *hdr; int *counter; } kinds[] = {
+        { "$9\r\nsubscribe\r\n", &s->nchan },
+        { "$11\r\nunsubscribe\r\n", &s->nchan },
+        { "$10\r\npsubscribe\r\n", &s->npat },
+        { "$12\r\npunsubscribe\r\n", &s->npat },
+        { "$10\r\nssubscribe\r\n", &s->nshard },
+        { "$12\r\nsunsubscribe\r\n", &s->nshard },
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t hl = strlen(kinds[i].hdr);
+        if (n < hl || memcmp(p, kinds[i].hdr, hl) != 0)
+            continue;
+        if (kinds[i].counter == &s->nshard) {
+            s->nshard = (int)count;
+        } else {
+            /* channels and patterns share one count: the change tells */
+            int total = s->nchan + s->npat;
+            if (count > total)
+                (*kinds[i].counter)++;
+            else if (count < total && *kinds[i].counter > 0)
+                (*kinds[i].counter)--;
+        }
+        return;
+    }
+}
+
+static void remember_carried(struct session *s, const struct pending *p)
+{
+    char **slot = p->subkind == CARRY_LIB_NAME ? &s->lib_name :
+                  p->subkind == CARRY_LIB_VER ? &s->lib_ver : NULL;
+    if (slot == NULL) {
+        s->no_evict = slice_eq_nocase((struct slice){ p->local, p->local_len }, "on");
+        return;
+    }
+    free(*slot);
+    *slot = p->local_len ? xmemdup(p->local, p->local_len) : NULL;
+}
+
+/* What the reply to head changes in the session's mirrored state. */
+static void apply_reply(struct session *s, struct pending *head, char type)
+{
+    switch (head->what) {
+    case PW_HELLO:
+        if (type == '-') {
+            s->resp3 = head->subkind & 1;   /* refused: the protocol did not change */
+            if (head->subkind & 2)
+                s->unauth = s->auth_required;
+        }
+        break;
+    case PW_CLIENT_AUTH:
+        if (type == '-')
+            s->unauth = s->auth_required;
+        break;
+    case PW_MONITOR:
+        if (type == '+')
+            s->monitor = 1;
+        break;
+    case PW_RESET:
+        if (type == '+') {
+            s->unauth = s->auth_required;   /* RESET logs out */
+            s->resp3 = 0;
+            s->monitor = 0;
+            s->nchan = s->npat = s->nshard = 0;
+            s->reply_off = s->reply_skip = 0;
+        }
+        break;
+    case PW_SUB:
+        if (type == '*')
+            apply_confirmation(s);
+        else
+            head->remaining = 1;    /* an error ends it */
+        break;
+    case PW_REPLACE:
+        toc_add(s, head->local, head->local_len, 1);
+        break;
+    case PW_CARRY:
+        if (type == '+')
+            remember_carried(s, head);
+        break;
+    default:
+        break;
+    }
+}
+
+/* A whole reply went by; pair it with the head of the queue. */
+static void reply_done(struct session *s, char type)
+{
+    struct pending *head = q_head(s);
+    if (unpaired_reply(s, type, head) || head == NULL)
+        return;         /* a push, or unsolicited (an error before the server closes) */
+    ASSERT(head->kind != PK_LOCAL);
+    apply_reply(s, head, type);
+    if (--head->remaining > 0)
+        return;
+    if (head->kind == PK_FORWARD || head->what == PW_EXEC_FIRST)
+        stats_latency_observe(head->rewritten, loop_now_ns - head->t0);
+    q_pop(s);
+    emit_locals(s);
+    head = q_head(s);
+    if (head != NULL && head->what == PW_SYNC)
+        enter_replica(s);
+}
+
+/* Does the proxy need to look inside the reply being read? */
+static int inspect(const struct session *s, const struct pending *head, char type)
+{
+    return s->monitor || type == '-' || (!s->resp3 && s->nchan + s->npat + s->nshard > 0) ||
+           (head != NULL && head->what == PW_SUB);
+}
+
+/* EXEC's reply to the proxy's MULTI ... EXEC: *N, the command's reply, then
+ * one reply per EXPIRE. Only the command's reply goes to the client. */
+static void exec_first_filter(struct session *s, const char *p, size_t n)
+{
+    while (n > 0) {
+        switch (s->xphase) {
+        case XP_START:
+            if (*p == '*' && !(n > 1 && p[1] == '-')) {
+                s->xphase = XP_HEADER;
+            } else if (s->xerr.len > 0) {
+                /* EXECABORT: the command was refused when queued (OOM,
+                 * READONLY, NOPERM...); that error is its reply. */
+                toc_add(s, s->xerr.p, s->xerr.len, 1);
+                s->xerr.len = 0;
+                s->xphase = XP_REST;
+            } else {
+                s->xphase = XP_ALL;
+            }
+            break;
+        case XP_HEADER: {
+            const char *nl = memchr(p, '\n', n);
+            if (nl == NULL)
+                return;
+            n -= (size_t)(nl + 1 - p);
+            p = nl + 1;
+            if (s->xsub == NULL)
+                s->xsub = xcalloc(1, sizeof *s->xsub);
+            else
+                reply_scanner_free(s->xsub);
+            reply_scanner_init(s->xsub);
+            s->xphase = XP_FIRST;
+            break;
+        }
+        case XP_FIRST: {
+            int done = 0;
+            ssize_t used = reply_scan(s->xsub, p, n, &done);
+            if (used < 0) {
+                s->xphase = XP_REST;
+                return;
+            }
+            toc_add(s, p, (size_t)used, 0);
+            p += used;
+            n -= (size_t)used;
+            if (done)
+                s->xphase = XP_REST;
+            break;
+        }
+        case XP_REST:
+            return;
+        case XP_ALL:
+            toc_add(s, p, n, 0);
+            return;
+        }
+    }
+}
+
+static void keep_peek_tail(struct session *s, const char *p, size_t n)
+{
+    if (s->peeklen < PEEK_MAX) {
+        size_t k = PEEK_MAX - s->peeklen;
+        if (k > n)
+            k = n;
+        memcpy(s->peek + s->peeklen, p, k);
+        s->peeklen += (uint32_t)k;
+    }
+    if (n >= TAIL_MAX) {
+        memcpy(s->tail, p + n - TAIL_MAX, TAIL_MAX);
+        s->taillen = TAIL_MAX;
+        return;
+    }
+    size_t keep = s->taillen;
+    if (keep + n > TAIL_MAX)
+        keep = TAIL_MAX - n;
+    memmove(s->tail, s->tail + s->taillen - keep, keep);
+    memcpy(s->tail + keep, p, n);
+    s->taillen = (uint32_t)(keep + n);
+}
+
+/* The queue-time error of the command in the proxy's own MULTI, kept for
+ * EXEC's answer. */
+static void keep_queue_error(struct session *s, const char *p, size_t n, int done, char type,
+                             int start)
+{
+    if (start)
+        s->xerr.len = 0;
+    if (s->xerr.len + n > s->xerr.cap) {
+        s->xerr.cap = s->xerr.len + n;
+        s->xerr.p = xrealloc(s->xerr.p, s->xerr.cap);
+    }
+    memcpy(s->xerr.p + s->xerr.len, p, n);
+    s->xerr.len += n;
+    if (done && type != '-')
+        s->xerr.len = 0;
+}
+
+void session_reply(struct session *s, const char *p, size_t n, int done, char type, int start)
+{
+    if (s->closing)
+        return;
+    if (s->replica) {
+        toc_add(s, p, n, 0);        /* a replication stream: relayed as it comes */
+        return;
+    }
+    if (start) {
+        emit_locals(s);
+        s->peeklen = 0;
+        s->taillen = 0;
+    }
+    struct pending *head = q_head(s);
+    if (head != NULL && head->what == PW_SUB && head->remaining < 0) {
+        int k = head->subkind == SUB_CHANNEL ? s->nchan :
+                head->subkind == SUB_PATTERN ? s->npat : s->nshard;
+        head->remaining = k > 0 ? k : 1;
+    }
+    /* Keep the first and last bytes: enough to read pub/sub, monitor and
+     * error replies. */
+    if (inspect(s, head, type))
+        keep_peek_tail(s, p, n);
+
+    if (head != NULL && head->what == PW_QUEUED && type != '>')
+        keep_queue_error(s, p, n, done, type, start);
+    else if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
+        if (start)
+            s->xphase = XP_START;
+        exec_first_filter(s, p, n);
+    } else if (head == NULL || head->kind != PK_INTERNAL || type == '>')
+        toc_add(s, p, n, 0);
+    if (!done)
+        return;
+    if (type == '-' && s->peeklen >= 7 && memcmp(s->peek, "-NOAUTH", 7) == 0)
+        s->auth_required = s->unauth = 1;   /* Redis says so: its limits apply */
+    reply_done(s, type);
+}
+
