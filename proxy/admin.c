@@ -24,6 +24,7 @@
 #include <hiredis/hiredis.h>
 
 #include "admin.h"
+#include "commands.h"
 #include "events.h"
 #include "server.h"
 #include "stats.h"
@@ -350,6 +351,30 @@ static void render_metrics(struct evbuf *b)
         label_value(&lab, srv->backend_policy);
         evbuf_add(&lab, "\"", 2);       /* with the NUL */
         m_sample(b, "ttlguard_backend_maxmemory_policy_info", lab.p, 1);
+    }
+
+    if (srv->commands_ready) {
+        const struct server_id *id = command_set_server(srv->commands);
+        char name[48];
+        int table, derived, unjudged;
+
+        server_id_format(id, name, sizeof name);
+        *strchr(name, ' ') = '\0';
+        command_set_counts(srv->commands, &table, &derived, &unjudged);
+        m_family(b, "ttlguard_backend_server_info", "gauge",
+                 "The backend's server and version, whose command table judges commands "
+                 "(source=assumed: they could not be read).");
+        lab.len = 0;
+        evbuf_printf(&lab, "server=\"%s\",version=\"%s\",source=\"%s\"", name,
+                     name + strlen(name) + 1, srv->backend_known ? "backend" : "assumed");
+        evbuf_add(&lab, "", 1);
+        m_sample(b, "ttlguard_backend_server_info", lab.p, 1);
+        m_family(b, "ttlguard_backend_commands", "gauge",
+                 "The backend's write commands the proxy knows: from=table (verified), "
+                 "derived (from its key specs), unjudged (derived, cannot be judged).");
+        m_sample(b, "ttlguard_backend_commands", "from=\"table\"", (uint64_t)table);
+        m_sample(b, "ttlguard_backend_commands", "from=\"derived\"", (uint64_t)derived);
+        m_sample(b, "ttlguard_backend_commands", "from=\"unjudged\"", (uint64_t)unjudged);
     }
 
     m_family(b, "ttlguard_request_duration_seconds", "histogram",

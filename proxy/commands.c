@@ -37,67 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "commands.h"
-
-/* ------------------------------------------------------------------------ */
-/* Key specs and rows                                                        */
-/* ------------------------------------------------------------------------ */
-
-/* Where a key spec's first key is. */
-enum ks_begin {
-    KS_INDEX,       /* at argv[index] */
-    KS_KEYWORD,     /* after `keyword`, searched from argv[index] on (index < 0: from
-                       argv[argc + index] backwards) */
-    KS_OPTION,      /* found by the row's options parser; `keyword` names the options */
-};
-
-/* Which keys follow the first one. */
-enum ks_find {
-    KS_RANGE,       /* up to `last` (>= 0: counted from the first key; < 0: from the end of
-                       argv, or with `limit`, 1/limit of the remaining arguments), every `step` */
-    KS_NUMKEYS,     /* the first "key" is the number of keys, which follow it */
-};
-
-struct key_spec {
-    const char *role;           /* "key", "source", "destination": for commands_print() */
-    unsigned char effect;       /* enum ttl_effect when the options do not change it */
-    unsigned char may;          /* every effect the role can have, bit (1 << effect) */
-    unsigned char begin;        /* enum ks_begin */
-    unsigned char find;         /* enum ks_find */
-    int index;                  /* see enum ks_begin */
-    const char *keyword;        /* see enum ks_begin */
-    int last;                   /* KS_RANGE */
-    int step;                   /* KS_RANGE */
-    int limit;                  /* KS_RANGE: 0, or the divisor of the remaining arguments */
-    int minkeys;                /* KS_NUMKEYS: smallest count the command accepts */
-};
-
-/* What a row's options parser decided for one key spec of a concrete argv. */
-struct spec_use {
-    unsigned char effect;       /* enum ttl_effect */
-    unsigned char ttl_unit;     /* enum ttl_unit, for TE_SETS_TTL */
-    int ttl_argi;               /* for TE_SETS_TTL: where the TTL is */
-    int argi;                   /* KS_OPTION: where the key is; -1 when the option is absent */
-};
-
-/* Reads argv's options and fills use[] (one per key spec, preset to the
- * specs' defaults). Returns 0; -1 when redis-server refuses the arguments;
- * -2 when the proxy cannot judge them. */
-typedef int (*options_fn)(int argc, const struct slice *argv, struct spec_use *use);
-
-struct command {
-    const char *name;               /* lowercase; "xgroup|create" for a subcommand */
-    int arity;                      /* as redis: N exactly, -N at least N (argv[0] included) */
-    unsigned flags;                 /* CMD_* */
-    const struct key_spec *specs;
-    int nspecs;
-    options_fn options;             /* NULL when the arguments change nothing */
-    const struct command *subs;     /* container (XGROUP, FUNCTION): one row per subcommand */
-    int nsubs;
-};
-
-#define MAX_SPECS 2                 /* the most key specs of any row */
-#define NAME_MAX_LEN 24             /* longer than any command name */
+#include "commands_int.h"
 
 /* ------------------------------------------------------------------------ */
 /* Argument helpers                                                          */
@@ -160,14 +100,14 @@ static void set_ttl(struct spec_use *u, int argi, enum ttl_unit unit)
 /* ------------------------------------------------------------------------ */
 
 enum {
-    SO_NX = 1, SO_XX = 2, SO_KEEPTTL = 4, SO_PERSIST = 8, SO_EXPIRY = 16,
+    SO_NX = 1, SO_XX = 2, SO_KEEPTTL = 4, SO_PERSIST = 8, SO_EXPIRY = 16, SO_IFEQ = 32,
 };
 
 /* SET and GETEX options, as redis's parseExtendedStringArgumentsOrReply():
  * any order; a repeated option is fine (the last expiry wins), conflicting
  * ones are a syntax error. Only the expiry that wins is checked. */
 static int string_options(int argc, const struct slice *argv, int from, int is_set,
-                          struct spec_use *u)
+                          unsigned feat, struct spec_use *u)
 {
     static const struct { const char *word; enum ttl_unit unit; } expiries[] = {
         { "ex", TTL_SEC }, { "px", TTL_MS }, { "exat", TTL_UNIX_SEC }, { "pxat", TTL_UNIX_MS },
@@ -180,10 +120,14 @@ static int string_options(int argc, const struct slice *argv, int from, int is_s
 
         for (k = 0; k < 4 && !arg_is(a, expiries[k].word); k++)
             ;
-        if (is_set && arg_is(a, "nx") && !(f & SO_XX)) {
+        if (is_set && arg_is(a, "nx") && !(f & (SO_XX | SO_IFEQ))) {
             f |= SO_NX;
-        } else if (is_set && arg_is(a, "xx") && !(f & SO_NX)) {
+        } else if (is_set && arg_is(a, "xx") && !(f & (SO_NX | SO_IFEQ))) {
             f |= SO_XX;
+        } else if (is_set && (feat & FT_SET_IFEQ) && arg_is(a, "ifeq") && j + 1 < argc &&
+                   !(f & (SO_NX | SO_XX | SO_IFEQ))) {
+            f |= SO_IFEQ;                   /* writes only over an equal value: never creates */
+            j++;
         } else if (is_set && arg_is(a, "get")) {
             continue;                       /* changes the reply, not the write */
         } else if (is_set && arg_is(a, "keepttl") && !(f & SO_EXPIRY)) {
@@ -206,29 +150,29 @@ static int string_options(int argc, const struct slice *argv, int from, int is_s
         u->effect = TE_PERSIST;
     else if (!is_set)
         u->effect = TE_NONE;                /* GETEX without options: a read */
-    else if ((f & SO_XX) && (f & SO_KEEPTTL))
+    else if ((f & (SO_XX | SO_IFEQ)) && (f & SO_KEEPTTL))
         u->effect = TE_NONE;                /* changes only an existing key, keeps its TTL */
     else if (f & (SO_NX | SO_KEEPTTL))
         u->effect = TE_CREATE;
     else
-        u->effect = TE_OVERWRITE;           /* also XX: never creates, but drops the TTL */
+        u->effect = TE_OVERWRITE;           /* also XX, IFEQ: never create, but drop the TTL */
     return 0;
 }
 
-/* SET key value [NX|XX] [GET] [EX s|PX ms|EXAT ts|PXAT ms-ts|KEEPTTL] */
-static int opt_set(int argc, const struct slice *argv, struct spec_use *use)
+/* SET key value [NX|XX|IFEQ v (Valkey 8.1)] [GET] [EX s|PX ms|EXAT ts|PXAT ms-ts|KEEPTTL] */
+static int opt_set(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
-    return string_options(argc, argv, 3, 1, &use[0]);
+    return string_options(argc, argv, 3, 1, feat, &use[0]);
 }
 
 /* GETEX key [EX s|PX ms|EXAT ts|PXAT ms-ts|PERSIST] */
-static int opt_getex(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_getex(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
-    return string_options(argc, argv, 2, 0, &use[0]);
+    return string_options(argc, argv, 2, 0, feat, &use[0]);
 }
 
 /* SETEX key seconds value */
-static int opt_setex(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_setex(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     if (!expiry_ok(argv[2], TTL_SEC))
         return -1;
@@ -237,7 +181,7 @@ static int opt_setex(int argc, const struct slice *argv, struct spec_use *use)
 }
 
 /* PSETEX key milliseconds value */
-static int opt_psetex(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_psetex(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     if (!expiry_ok(argv[2], TTL_MS))
         return -1;
@@ -280,41 +224,127 @@ static int expire_options(int argc, const struct slice *argv, struct spec_use *u
     return 0;
 }
 
-static int opt_expire(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_expire(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return expire_options(argc, argv, use, TTL_SEC);
 }
 
-static int opt_pexpire(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_pexpire(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return expire_options(argc, argv, use, TTL_MS);
 }
 
-static int opt_expireat(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_expireat(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return expire_options(argc, argv, use, TTL_UNIX_SEC);
 }
 
-static int opt_pexpireat(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_pexpireat(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return expire_options(argc, argv, use, TTL_UNIX_MS);
 }
 
 /* MSET/MSETNX key value [key value ...] */
-static int opt_mset(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_mset(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return argc % 2 == 1 ? 0 : -1;
 }
 
 /* HSET/HMSET key field value [field value ...] */
-static int opt_hset(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_hset(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return argc % 2 == 0 ? 0 : -1;
 }
 
+/* HSETEX key [NX|XX (Valkey)] [FNX|FXX] [EX s|PX ms|EXAT ts|PXAT ms-ts|KEEPTTL]
+ * FIELDS numfields field value [...]: the expiry is the fields', not the
+ * key's. The hash is created without a TTL unless XX or FXX (every field must
+ * exist) rule that out. */
+static int opt_hsetex(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
+{
+    int keycond = 0, fieldcond = 0, expiry = 0;
+    long long n;
+
+    for (int j = 2; j < argc; j++) {
+        struct slice a = argv[j];
+
+        if (arg_is(a, "fields")) {
+            if (j + 1 >= argc || slice_to_ll(argv[j + 1], &n) < 0 || n < 1 || n > INT_MAX ||
+                argc - j - 2 != 2 * n)
+                return -1;
+            use[0].effect = keycond == 2 || fieldcond == 2 ? TE_NONE : TE_CREATE;
+            return 0;
+        } else if ((feat & FT_HSETEX_KEYCOND) && (arg_is(a, "nx") || arg_is(a, "xx"))) {
+            int c = arg_is(a, "nx") ? 1 : 2;
+            if (keycond != 0 && keycond != c)
+                return -1;
+            keycond = c;
+        } else if (arg_is(a, "fnx") || arg_is(a, "fxx")) {
+            int c = arg_is(a, "fnx") ? 1 : 2;
+            if (fieldcond != 0 && fieldcond != c)
+                return -1;
+            fieldcond = c;
+        } else if (arg_is(a, "keepttl") && !expiry) {
+            expiry = 1;
+        } else if ((arg_is(a, "ex") || arg_is(a, "px") || arg_is(a, "exat") || arg_is(a, "pxat")) &&
+                   !expiry && j + 1 < argc) {
+            expiry = 1;
+            j++;
+        } else {
+            return -1;
+        }
+    }
+    return -1;                              /* no FIELDS */
+}
+
+/* MSETEX numkeys key value [key value ...] [NX|XX] [EX s|PX ms|EXAT ts|PXAT
+ * ms-ts|KEEPTTL] (Valkey 9.1): every key gets the expiry; without one MSETEX
+ * drops their TTLs as MSET does, unless KEEPTTL. NX: none of the keys exists,
+ * XX: all of them do. */
+static int opt_msetex(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
+{
+    static const struct { const char *word; enum ttl_unit unit; } expiries[] = {
+        { "ex", TTL_SEC }, { "px", TTL_MS }, { "exat", TTL_UNIX_SEC }, { "pxat", TTL_UNIX_MS },
+    };
+    int nx = 0, xx = 0, keepttl = 0, expiry = 0;
+    long long numkeys;
+
+    if (slice_to_ll(argv[1], &numkeys) < 0 || numkeys < 1 || numkeys > INT_MAX ||
+        2 + 2 * numkeys > argc)
+        return -1;
+    for (int j = 2 + 2 * (int)numkeys; j < argc; j++) {
+        size_t k;
+
+        for (k = 0; k < 4 && !arg_is(argv[j], expiries[k].word); k++)
+            ;
+        if (arg_is(argv[j], "nx") && !xx) {
+            nx = 1;
+        } else if (arg_is(argv[j], "xx") && !nx) {
+            xx = 1;
+        } else if (arg_is(argv[j], "keepttl") && !expiry) {
+            keepttl = 1;
+        } else if (k < 4 && !keepttl && j + 1 < argc &&
+                   (!expiry || use[0].ttl_unit == expiries[k].unit)) {
+            expiry = 1;
+            set_ttl(&use[0], ++j, expiries[k].unit);
+        } else {
+            return -1;
+        }
+    }
+    if (expiry && !expiry_ok(argv[use[0].ttl_argi], (enum ttl_unit)use[0].ttl_unit))
+        return -1;
+    if (expiry)
+        use[0].effect = TE_SETS_TTL;
+    else if (keepttl)
+        use[0].effect = xx ? TE_NONE : TE_CREATE;
+    else
+        use[0].effect = nx ? TE_CREATE : TE_OVERWRITE;
+    return 0;
+}
+
 /* COPY source destination [DB db] [REPLACE]. The destination gets the
  * source's TTL (or none). Another database is out of the proxy's sight: -2. */
-static int opt_copy(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_copy(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     int replace = 0, other_db = 0;
     long long db;
@@ -341,7 +371,7 @@ static int opt_copy(int argc, const struct slice *argv, struct spec_use *use)
 /* RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME s] [FREQ f]: ttl 0
  * creates the key without a TTL; without REPLACE an existing key is refused
  * (BUSYKEY), so it cannot lose its TTL. */
-static int opt_restore(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_restore(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     int replace = 0, absttl = 0, idle = 0, freq = 0;
     long long ttl, v;
@@ -376,7 +406,7 @@ static int opt_restore(int argc, const struct slice *argv, struct spec_use *use)
 
 /* SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC|DESC]
  * [ALPHA] [STORE destination]: the last STORE wins. */
-static int opt_sort(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_sort(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     long long v;
 
@@ -434,20 +464,20 @@ static int georadius_options(int argc, const struct slice *argv, int from, struc
 }
 
 /* GEORADIUS key longitude latitude radius unit [options] */
-static int opt_georadius(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_georadius(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return georadius_options(argc, argv, 6, use);
 }
 
 /* GEORADIUSBYMEMBER key member radius unit [options] */
-static int opt_georadiusbymember(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_georadiusbymember(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return georadius_options(argc, argv, 5, use);
 }
 
 /* ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]:
  * with XX it never creates the key. */
-static int opt_zadd(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_zadd(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     int nx = 0, xx = 0, gt = 0, lt = 0, incr = 0, i;
 
@@ -475,7 +505,7 @@ static int opt_zadd(int argc, const struct slice *argv, struct spec_use *use)
 }
 
 /* GEOADD key [NX|XX] [CH] longitude latitude member [...]: XX never creates. */
-static int opt_geoadd(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_geoadd(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     int nx = 0, xx = 0, i;
 
@@ -496,7 +526,7 @@ static int opt_geoadd(int argc, const struct slice *argv, struct spec_use *use)
 /* XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id
  * field value [...], as redis's streamParseAddOrTrimArgsOrReply(): the first
  * word that is no option is the ID. NOMKSTREAM never creates the stream. */
-static int opt_xadd(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_xadd(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     int nomkstream = 0, trim = 0, approx = 0, limit = 0, i;
 
@@ -541,7 +571,7 @@ static int opt_xadd(int argc, const struct slice *argv, struct spec_use *use)
 
 /* XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n]: only MKSTREAM
  * creates the stream. Redis takes at most 8 arguments, repeats or not. */
-static int opt_xgroup_create(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_xgroup_create(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     long long v;
     int mkstream = 0;
@@ -565,7 +595,7 @@ static int opt_xgroup_create(int argc, const struct slice *argv, struct spec_use
 /* BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset
  * increment] [OVERFLOW WRAP|SAT|FAIL] ...: only SET and INCRBY write (and then
  * create the key, even when the INCRBY fails on overflow). */
-static int opt_bitfield(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_bitfield(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     int writes = 0;
 
@@ -590,7 +620,7 @@ static int opt_bitfield(int argc, const struct slice *argv, struct spec_use *use
 }
 
 /* BITOP AND|OR|XOR|NOT destkey key [key ...] */
-static int opt_bitop(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_bitop(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     if (arg_is(argv[1], "not"))
         return argc == 4 ? 0 : -1;
@@ -600,7 +630,7 @@ static int opt_bitop(int argc, const struct slice *argv, struct spec_use *use)
 }
 
 /* LMOVE/BLMOVE source destination LEFT|RIGHT LEFT|RIGHT [timeout] */
-static int opt_lmove(int argc, const struct slice *argv, struct spec_use *use)
+static int opt_lmove(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     for (int j = 3; j <= 4; j++) {
         if (!arg_is(argv[j], "left") && !arg_is(argv[j], "right"))
@@ -618,7 +648,10 @@ static int opt_lmove(int argc, const struct slice *argv, struct spec_use *use)
 /* Where a key spec finds its keys (redis's begin_search + find_keys). */
 #define AT(i)               .begin = KS_INDEX, .index = (i), .find = KS_RANGE, .last = 0, .step = 1
 #define RANGE(i, l, s)      .begin = KS_INDEX, .index = (i), .find = KS_RANGE, .last = (l), .step = (s)
-#define NUMKEYS(i, min)     .begin = KS_INDEX, .index = (i), .find = KS_NUMKEYS, .minkeys = (min)
+#define NUMKEYS(i, min)     NUMKEYS_STEP(i, min, 1)
+#define NUMKEYS_STEP(i, min, s) \
+    .begin = KS_INDEX, .index = (i), .find = KS_NUMKEYS, .minkeys = (min), .keynumidx = 0, \
+    .firstkey = 1, .step = (s)
 #define AFTER(kw, from, l, s, lim) \
     .begin = KS_KEYWORD, .keyword = (kw), .index = (from), .find = KS_RANGE, .last = (l), \
     .step = (s), .limit = (lim)
@@ -637,9 +670,26 @@ static int opt_lmove(int argc, const struct slice *argv, struct spec_use *use)
     { .name = (name_), .arity = (arity_), .flags = (flags_), .options = (opts), KEYSPECS(__VA_ARGS__) }
 #define ROW_NOKEYS(name_, arity_, flags_) \
     { .name = (name_), .arity = (arity_), .flags = (flags_) }
-#define CONTAINER(name_, arity_, flags_, subs_) \
+#define CONTAINER(name_, arity_, flags_, subs_) CONTAINER_SINCE(0, 0, name_, arity_, flags_, subs_)
+
+/* Rows a server has only from a version on: Redis since r, Valkey since v
+ * (SRV_VERSION; 0: every version; SRV_NEVER: not at all). */
+#define ROW_SINCE(r, v, name_, arity_, flags_, opts, ...) \
+    { .name = (name_), .arity = (arity_), .flags = (flags_), .options = (opts), \
+      .r_since = (r), .v_since = (v), KEYSPECS(__VA_ARGS__) }
+#define ROW_NOKEYS_SINCE(r, v, name_, arity_, flags_) \
+    { .name = (name_), .arity = (arity_), .flags = (flags_), .r_since = (r), .v_since = (v) }
+#define CONTAINER_SINCE(r, v, name_, arity_, flags_, subs_) \
     { .name = (name_), .arity = (arity_), .flags = (flags_), .subs = (subs_), \
-      .nsubs = (int)(sizeof(subs_) / sizeof((subs_)[0])) }
+      .nsubs = (int)(sizeof(subs_) / sizeof((subs_)[0])), .r_since = (r), .v_since = (v) }
+
+#define R72     SRV_VERSION(7, 2, 0)
+#define R74     SRV_VERSION(7, 4, 0)
+#define R80     SRV_VERSION(8, 0, 0)
+#define V81     SRV_VERSION(8, 1, 0)
+#define V90     SRV_VERSION(9, 0, 0)
+#define V91     SRV_VERSION(9, 1, 0)
+#define NEVER   SRV_NEVER
 
 #define W       CMD_WRITE
 #define BLK     CMD_BLOCKING
@@ -669,11 +719,22 @@ static const struct command function_subs[] = {
     ROW_NOKEYS("function|stats", 2, NS),
 };
 
+/* CLUSTER subcommands that write keys: only Valkey 9's FLUSHSLOT (it deletes
+ * the keys of a slot). The others are reads as far as the table goes. */
+static const struct command cluster_subs[] = {
+    ROW_NOKEYS_SINCE(NEVER, V90, "cluster|flushslot", -3, W),
+};
+
 /*
- * Every command redis-server 7.0.15 flags `write`, plus the blocking ones, the
+ * Every command the servers flag `write`, plus the blocking ones, the
  * scripts and those the proxy cannot judge; sorted by name. CMD_WRITE,
  * CMD_BLOCKING and CMD_NOSCRIPT copy the server's flags (a container gets
- * the union of its subcommands').
+ * the union of its subcommands'). Rows without a version are Redis 7.0's,
+ * which every Valkey has too (Valkey 7.2 began as Redis 7.2.4).
+ *
+ * Field TTLs (HEXPIRE, HSETEX ... EX, HPERSIST, HGETEX ... PERSIST) are not
+ * key TTLs: those commands leave the key's TTL alone, and a hash they create
+ * has none.
  *
  * Effects (what happens to a key that has a TTL, and whether a missing key
  * is created), as observed:
@@ -685,7 +746,7 @@ static const struct command function_subs[] = {
  *   none       only an existing key changes, its TTL kept; or the key is read,
  *              popped or deleted
  */
-static const struct command command_table[] = {
+const struct command command_table[] = {
     ROW("append", 3, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("bitfield", -2, W, opt_bitfield, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("bitop", -4, W, opt_bitop,
@@ -702,9 +763,12 @@ static const struct command command_table[] = {
     ROW("bzpopmin", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
     /* The destination gets the source's TTL, or none: without REPLACE an
      * existing destination is left alone. */
+    CONTAINER_SINCE(NEVER, V90, "cluster", -2, W | CMD_PARTIAL, cluster_subs),
     ROW("copy", -3, W, opt_copy,
         KEY("source", AT(1), NONE),
         KEY_BY_OPTIONS("destination", AT(2), E(CREATE) | E(OVERWRITE))),
+    /* Deletes the key when its value is the given one. */
+    ROW_SINCE(NEVER, V90, "delifeq", 3, W, NULL, KEY("key", AT(1), NONE)),
     /* DEBUG POPULATE, RELOAD, ... create or reload keys behind the table's back. */
     ROW_NOKEYS("debug", -2, CMD_UNVERIFIED | NS),
     ROW("decr", 2, W, NULL, KEY("key", AT(1), CREATE)),
@@ -735,10 +799,19 @@ static const struct command command_table[] = {
         KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(PERSIST) | E(SETS_TTL))),
     ROW("getset", 3, W, NULL, KEY("key", AT(1), OVERWRITE)),
     ROW("hdel", -3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R74, V90, "hexpire", -6, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R74, V90, "hexpireat", -6, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R80, V91, "hgetdel", -5, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R80, V90, "hgetex", -5, W, NULL, KEY("key", AT(1), NONE)),
     ROW("hincrby", 4, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("hincrbyfloat", 4, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("hmset", -4, W, opt_hset, KEY("key", AT(1), CREATE)),
+    ROW_SINCE(R74, V90, "hpersist", -5, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R74, V90, "hpexpire", -6, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R74, V90, "hpexpireat", -6, W, NULL, KEY("key", AT(1), NONE)),
     ROW("hset", -4, W, opt_hset, KEY("key", AT(1), CREATE)),
+    ROW_SINCE(R80, V90, "hsetex", -6, W, opt_hsetex,
+              KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("hsetnx", 4, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("incr", 2, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("incrby", 3, W, NULL, KEY("key", AT(1), CREATE)),
@@ -761,6 +834,9 @@ static const struct command command_table[] = {
     ROW("move", 3, W, NULL, KEY("key", AT(1), NONE)),
     ROW("mset", -3, W, opt_mset, KEY("key", RANGE(1, -1, 2), OVERWRITE)),
     /* All or nothing: when one key exists none is written. */
+    ROW_SINCE(NEVER, V91, "msetex", -4, W, opt_msetex,
+              KEY_BY_OPTIONS("key", NUMKEYS_STEP(1, 1, 2),
+                             E(NONE) | E(CREATE) | E(OVERWRITE) | E(SETS_TTL))),
     ROW("msetnx", -3, W, opt_mset, KEY("key", RANGE(1, -1, 2), CREATE)),
     ROW("persist", 2, W, NULL, KEY("key", AT(1), PERSIST)),
     ROW("pexpire", -3, W | CMD_EXPIRE, opt_pexpire, KEY("key", AT(1), SETS_TTL)),
@@ -805,6 +881,13 @@ static const struct command command_table[] = {
     /* Swaps whole databases. */
     ROW_NOKEYS("swapdb", 3, W | CMD_UNVERIFIED),
     ROW("unlink", -2, W, NULL, KEY("key", RANGE(1, -1, 1), NONE)),
+    /* Redis 8's vector sets (a module built into the server). */
+    ROW_SINCE(R80, NEVER, "vadd", -1, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW_SINCE(R80, NEVER, "vrem", -1, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R80, NEVER, "vsetattr", -1, W, NULL, KEY("key", AT(1), NONE)),
+    /* Blocking since 7.2 (noscript before, and no row needed). */
+    ROW_NOKEYS_SINCE(R72, 0, "wait", 3, BLK),
+    ROW_NOKEYS_SINCE(R72, 0, "waitaof", 4, BLK),
     ROW("xack", -4, W, NULL, KEY("key", AT(1), NONE)),
     ROW("xadd", -5, W, opt_xadd, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("xautoclaim", -6, W, NULL, KEY("key", AT(1), NONE)),
@@ -835,188 +918,82 @@ static const struct command command_table[] = {
         KEY("destination", AT(1), OVERWRITE), KEY("source", NUMKEYS(2, 1), NONE)),
 };
 
-#define NROWS ((int)(sizeof(command_table) / sizeof(command_table[0])))
+const int command_table_rows = (int)(sizeof(command_table) / sizeof(command_table[0]));
 
 /*
- * Every top-level command name redis-server 7.0.15 knows, reads included.
- * Generated by tests/integration/tools/gen_command_names.py; the integration
- * suite checks it against the server's COMMAND LIST.
+ * Every top-level command name the servers know, reads included: Redis
+ * 7.0.15's (generated by tests/integration/tools/gen_command_names.py), then
+ * the later ones with the versions that brought them. The integration suite
+ * checks them against each server's COMMAND LIST.
  */
-static const char *const known_commands[] = {
-    "acl", "append", "asking", "auth", "bgrewriteaof", "bgsave", "bitcount", "bitfield",
-    "bitfield_ro", "bitop", "bitpos", "blmove", "blmpop", "blpop", "brpop", "brpoplpush", "bzmpop",
-    "bzpopmax", "bzpopmin", "client", "cluster", "command", "config", "copy", "dbsize", "debug",
-    "decr", "decrby", "del", "discard", "dump", "echo", "eval", "eval_ro", "evalsha", "evalsha_ro",
-    "exec", "exists", "expire", "expireat", "expiretime", "failover", "fcall", "fcall_ro",
-    "flushall", "flushdb", "function", "geoadd", "geodist", "geohash", "geopos", "georadius",
-    "georadius_ro", "georadiusbymember", "georadiusbymember_ro", "geosearch", "geosearchstore",
-    "get", "getbit", "getdel", "getex", "getrange", "getset", "hdel", "hello", "hexists", "hget",
-    "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hmset", "hrandfield", "hscan",
-    "hset", "hsetnx", "hstrlen", "hvals", "incr", "incrby", "incrbyfloat", "info", "keys",
-    "lastsave", "latency", "lcs", "lindex", "linsert", "llen", "lmove", "lmpop", "lolwut", "lpop",
-    "lpos", "lpush", "lpushx", "lrange", "lrem", "lset", "ltrim", "memory", "mget", "migrate",
-    "module", "monitor", "move", "mset", "msetnx", "multi", "object", "persist", "pexpire",
-    "pexpireat", "pexpiretime", "pfadd", "pfcount", "pfdebug", "pfmerge", "pfselftest", "ping",
-    "psetex", "psubscribe", "psync", "pttl", "publish", "pubsub", "punsubscribe", "quit",
-    "randomkey", "readonly", "readwrite", "rename", "renamenx", "replconf", "replicaof", "reset",
-    "restore", "restore-asking", "role", "rpop", "rpoplpush", "rpush", "rpushx", "sadd", "save",
-    "scan", "scard", "script", "sdiff", "sdiffstore", "select", "set", "setbit", "setex", "setnx",
-    "setrange", "shutdown", "sinter", "sintercard", "sinterstore", "sismember", "slaveof",
-    "slowlog", "smembers", "smismember", "smove", "sort", "sort_ro", "spop", "spublish",
-    "srandmember", "srem", "sscan", "ssubscribe", "strlen", "subscribe", "substr", "sunion",
-    "sunionstore", "sunsubscribe", "swapdb", "sync", "time", "touch", "ttl", "type", "unlink",
-    "unsubscribe", "unwatch", "wait", "watch", "xack", "xadd", "xautoclaim", "xclaim", "xdel",
-    "xgroup", "xinfo", "xlen", "xpending", "xrange", "xread", "xreadgroup", "xrevrange", "xsetid",
-    "xtrim", "zadd", "zcard", "zcount", "zdiff", "zdiffstore", "zincrby", "zinter", "zintercard",
-    "zinterstore", "zlexcount", "zmpop", "zmscore", "zpopmax", "zpopmin", "zrandmember", "zrange",
-    "zrangebylex", "zrangebyscore", "zrangestore", "zrank", "zrem", "zremrangebylex",
-    "zremrangebyrank", "zremrangebyscore", "zrevrange", "zrevrangebylex", "zrevrangebyscore",
-    "zrevrank", "zscan", "zscore", "zunion", "zunionstore",
+#define N(name) { (name), 0, 0 }
+const struct known_name known_names[] = {
+    N("acl"), N("append"), N("asking"), N("auth"), N("bgrewriteaof"), N("bgsave"), N("bitcount"),
+    N("bitfield"), N("bitfield_ro"), N("bitop"), N("bitpos"), N("blmove"), N("blmpop"), N("blpop"),
+    N("brpop"), N("brpoplpush"), N("bzmpop"), N("bzpopmax"), N("bzpopmin"), N("client"),
+    N("cluster"), N("command"), N("config"), N("copy"), N("dbsize"), N("debug"), N("decr"),
+    N("decrby"), N("del"), N("discard"), N("dump"), N("echo"), N("eval"), N("eval_ro"),
+    N("evalsha"), N("evalsha_ro"), N("exec"), N("exists"), N("expire"), N("expireat"),
+    N("expiretime"), N("failover"), N("fcall"), N("fcall_ro"), N("flushall"), N("flushdb"),
+    N("function"), N("geoadd"), N("geodist"), N("geohash"), N("geopos"), N("georadius"),
+    N("georadius_ro"), N("georadiusbymember"), N("georadiusbymember_ro"), N("geosearch"),
+    N("geosearchstore"), N("get"), N("getbit"), N("getdel"), N("getex"), N("getrange"), N("getset"),
+    N("hdel"), N("hello"), N("hexists"), N("hget"), N("hgetall"), N("hincrby"), N("hincrbyfloat"),
+    N("hkeys"), N("hlen"), N("hmget"), N("hmset"), N("hrandfield"), N("hscan"), N("hset"),
+    N("hsetnx"), N("hstrlen"), N("hvals"), N("incr"), N("incrby"), N("incrbyfloat"), N("info"),
+    N("keys"), N("lastsave"), N("latency"), N("lcs"), N("lindex"), N("linsert"), N("llen"),
+    N("lmove"), N("lmpop"), N("lolwut"), N("lpop"), N("lpos"), N("lpush"), N("lpushx"), N("lrange"),
+    N("lrem"), N("lset"), N("ltrim"), N("memory"), N("mget"), N("migrate"), N("module"),
+    N("monitor"), N("move"), N("mset"), N("msetnx"), N("multi"), N("object"), N("persist"),
+    N("pexpire"), N("pexpireat"), N("pexpiretime"), N("pfadd"), N("pfcount"), N("pfdebug"),
+    N("pfmerge"), N("pfselftest"), N("ping"), N("psetex"), N("psubscribe"), N("psync"), N("pttl"),
+    N("publish"), N("pubsub"), N("punsubscribe"), N("quit"), N("randomkey"), N("readonly"),
+    N("readwrite"), N("rename"), N("renamenx"), N("replconf"), N("replicaof"), N("reset"),
+    N("restore"), N("restore-asking"), N("role"), N("rpop"), N("rpoplpush"), N("rpush"),
+    N("rpushx"), N("sadd"), N("save"), N("scan"), N("scard"), N("script"), N("sdiff"),
+    N("sdiffstore"), N("select"), N("set"), N("setbit"), N("setex"), N("setnx"), N("setrange"),
+    N("shutdown"), N("sinter"), N("sintercard"), N("sinterstore"), N("sismember"), N("slaveof"),
+    N("slowlog"), N("smembers"), N("smismember"), N("smove"), N("sort"), N("sort_ro"), N("spop"),
+    N("spublish"), N("srandmember"), N("srem"), N("sscan"), N("ssubscribe"), N("strlen"),
+    N("subscribe"), N("substr"), N("sunion"), N("sunionstore"), N("sunsubscribe"), N("swapdb"),
+    N("sync"), N("time"), N("touch"), N("ttl"), N("type"), N("unlink"), N("unsubscribe"),
+    N("unwatch"), N("wait"), N("watch"), N("xack"), N("xadd"), N("xautoclaim"), N("xclaim"),
+    N("xdel"), N("xgroup"), N("xinfo"), N("xlen"), N("xpending"), N("xrange"), N("xread"),
+    N("xreadgroup"), N("xrevrange"), N("xsetid"), N("xtrim"), N("zadd"), N("zcard"), N("zcount"),
+    N("zdiff"), N("zdiffstore"), N("zincrby"), N("zinter"), N("zintercard"), N("zinterstore"),
+    N("zlexcount"), N("zmpop"), N("zmscore"), N("zpopmax"), N("zpopmin"), N("zrandmember"),
+    N("zrange"), N("zrangebylex"), N("zrangebyscore"), N("zrangestore"), N("zrank"), N("zrem"),
+    N("zremrangebylex"), N("zremrangebyrank"), N("zremrangebyscore"), N("zrevrange"),
+    N("zrevrangebylex"), N("zrevrangebyscore"), N("zrevrank"), N("zscan"), N("zscore"), N("zunion"),
+    N("zunionstore"),
+    /* since Redis 7.2 and in every Valkey */
+    { "waitaof", R72, 0 },
+    /* hash field expiration: Redis 7.4, Valkey 9.0 */
+    { "hexpire", R74, V90 }, { "hexpireat", R74, V90 }, { "hexpiretime", R74, V90 },
+    { "hpersist", R74, V90 }, { "hpexpire", R74, V90 }, { "hpexpireat", R74, V90 },
+    { "hpexpiretime", R74, V90 }, { "hpttl", R74, V90 }, { "httl", R74, V90 },
+    { "hgetex", R80, V90 }, { "hsetex", R80, V90 }, { "hgetdel", R80, V91 },
+    /* Redis 8's vector sets */
+    { "vadd", R80, NEVER }, { "vcard", R80, NEVER }, { "vdim", R80, NEVER },
+    { "vemb", R80, NEVER }, { "vgetattr", R80, NEVER }, { "vinfo", R80, NEVER },
+    { "vismember", R80, NEVER }, { "vlinks", R80, NEVER }, { "vrandmember", R80, NEVER },
+    { "vrem", R80, NEVER }, { "vsetattr", R80, NEVER }, { "vsim", R80, NEVER },
+    /* Valkey only */
+    { "commandlog", NEVER, V81 }, { "delifeq", NEVER, V90 }, { "clusterscan", NEVER, V91 },
+    { "msetex", NEVER, V91 },
 };
 
-#define NKNOWN ((int)(sizeof(known_commands) / sizeof(known_commands[0])))
+const int known_names_n = (int)(sizeof(known_names) / sizeof(known_names[0]));
 
 /* ------------------------------------------------------------------------ */
-/* Lookup                                                                    */
+/* Rows                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/*
- * command_lookup() and command_is_known() run for every request, so both are
- * one probe into an open-addressing hash table over the known names, filled
- * once at program start. The request's name is folded to lowercase while it
- * is hashed, in a stack buffer: no allocation.
- */
-#define NAME_SLOTS 1024             /* power of two, over 4x the known names: short probes */
-
-struct name_slot {
-    const char *name;               /* NULL: empty */
-    size_t len;
-    struct cmd_info info;           /* info.row NULL for names the table does not need */
-};
-
-/* The ids and session flags of the commands the proxy must recognise. */
-static const struct {
-    const char *name;
-    unsigned short id, sflags;
-} session_commands[] = {
-    { "acl", CID_ACL, 0 },          { "asking", CID_OTHER, CS_PIN },
-    { "auth", CID_AUTH, CS_PIN },               { "client", CID_CLIENT, 0 },
-    { "config", CID_CONFIG, 0 },    { "discard", CID_DISCARD, CS_PIN },
-    { "eval", CID_EVAL, 0 },                    { "eval_ro", CID_EVAL_RO, 0 },
-    { "evalsha", CID_EVALSHA, 0 },              { "evalsha_ro", CID_EVALSHA_RO, 0 },
-    { "exec", CID_EXEC, CS_PIN },               { "getset", CID_GETSET, 0 },
-    { "hello", CID_HELLO, 0 },             { "monitor", CID_MONITOR, CS_PIN },
-    { "multi", CID_MULTI, CS_PIN },             { "psubscribe", CID_PSUBSCRIBE, CS_PIN },
-    { "psync", CID_PSYNC, CS_PIN },             { "punsubscribe", CID_PUNSUBSCRIBE, CS_PIN },
-    { "quit", CID_OTHER, CS_PIN },              { "readonly", CID_OTHER, CS_PIN },
-    { "readwrite", CID_OTHER, CS_PIN },         { "replconf", CID_OTHER, CS_PIN },
-    { "reset", CID_RESET, CS_PIN },             { "script", CID_SCRIPT, 0 },
-    { "select", CID_SELECT, 0 },           { "set", CID_SET, 0 },
-    { "setnx", CID_SETNX, 0 },                  { "ssubscribe", CID_SSUBSCRIBE, CS_PIN },
-    { "subscribe", CID_SUBSCRIBE, CS_PIN },     { "sunsubscribe", CID_SUNSUBSCRIBE, CS_PIN },
-    { "sync", CID_SYNC, CS_PIN },               { "unsubscribe", CID_UNSUBSCRIBE, CS_PIN },
-    { "unwatch", CID_UNWATCH, CS_PIN },         { "wait", CID_OTHER, CS_PIN },
-    { "watch", CID_WATCH, CS_PIN },             { "zadd", CID_ZADD, 0 },
-    { "zincrby", CID_ZINCRBY, 0 },
-};
-
-static struct name_slot name_slots[NAME_SLOTS];
-
-/* FNV-1a over the lowercased name, which it leaves in folded[]. */
-static uint32_t name_hash(const char *name, size_t len, char *folded)
+int row_available(const struct command *c, const struct server_id *id)
 {
-    uint32_t h = 2166136261u;
+    unsigned since = id->kind == SRV_VALKEY ? c->v_since : c->r_since;
 
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)name[i];
-
-        if (ch >= 'A' && ch <= 'Z')
-            ch = (unsigned char)(ch + ('a' - 'A'));
-        folded[i] = (char)ch;
-        h = (h ^ ch) * 16777619u;
-    }
-    return h;
-}
-
-static struct name_slot *slot_find(const char *name, size_t len)
-{
-    char folded[NAME_MAX_LEN];
-
-    if (len == 0 || len > NAME_MAX_LEN)
-        return NULL;
-    uint32_t i = name_hash(name, len, folded) & (NAME_SLOTS - 1);
-    for (; name_slots[i].name != NULL; i = (i + 1) & (NAME_SLOTS - 1)) {
-        if (name_slots[i].len == len && memcmp(name_slots[i].name, folded, len) == 0)
-            return &name_slots[i];
-    }
-    return NULL;
-}
-
-/* Fills name_slots[] before main() runs, so that lookups never race an
- * initialisation and need no "initialised yet?" branch. */
-__attribute__((constructor)) static void commands_init(void)
-{
-    char folded[NAME_MAX_LEN];
-
-    for (int k = 0; k < NKNOWN; k++) {
-        size_t len = strlen(known_commands[k]);
-
-        if (len > NAME_MAX_LEN)
-            ttlg_assert_fail("known command names fit NAME_MAX_LEN", __FILE__, __LINE__);
-        uint32_t i = name_hash(known_commands[k], len, folded) & (NAME_SLOTS - 1);
-
-        while (name_slots[i].name != NULL)
-            i = (i + 1) & (NAME_SLOTS - 1);
-        name_slots[i].name = known_commands[k];
-        name_slots[i].len = len;
-    }
-    for (int r = 0; r < NROWS; r++) {
-        const struct command *c = &command_table[r];
-        struct name_slot *s = slot_find(c->name, strlen(c->name));
-
-        /* Mistakes in the table itself: caught by the first run of any test. */
-        if (s == NULL)
-            ttlg_assert_fail("every table row is a known command", __FILE__, __LINE__);
-        for (int i = 0; i < c->nsubs; i++) {
-            if (c->subs[i].nspecs > MAX_SPECS)
-                ttlg_assert_fail("subcommand key specs <= MAX_SPECS", __FILE__, __LINE__);
-        }
-        if (c->nspecs > MAX_SPECS)
-            ttlg_assert_fail("key specs <= MAX_SPECS", __FILE__, __LINE__);
-        s->info.row = c;
-        /* A blocked client, or a script that runs past busy-reply-threshold
-         * (other connections get -BUSY and may SCRIPT KILL it), would hold
-         * up everyone behind it on a shared connection. */
-        if (c->flags & (CMD_BLOCKING | CMD_SCRIPT))
-            s->info.sflags |= CS_PIN;
-    }
-    for (size_t k = 0; k < sizeof session_commands / sizeof session_commands[0]; k++) {
-        struct name_slot *s = slot_find(session_commands[k].name, strlen(session_commands[k].name));
-
-        if (s == NULL)
-            ttlg_assert_fail("every session command is a known command", __FILE__, __LINE__);
-        s->info.id = session_commands[k].id;
-        s->info.sflags |= session_commands[k].sflags;
-    }
-}
-
-const struct command *command_lookup(const char *name, size_t len)
-{
-    const struct name_slot *s = slot_find(name, len);
-
-    return s != NULL ? s->info.row : NULL;
-}
-
-const struct cmd_info *command_resolve(const char *name, size_t len)
-{
-    const struct name_slot *s = slot_find(name, len);
-
-    return s != NULL ? &s->info : NULL;
-}
-
-int command_is_known(const char *name, size_t len)
-{
-    return slot_find(name, len) != NULL;
+    return since != SRV_NEVER && id->version >= since;
 }
 
 const char *command_name(const struct command *c)
@@ -1098,12 +1075,14 @@ static int spec_keys(const struct key_spec *ks, const struct spec_use *u, int ar
         last = first;
     } else if (ks->find == KS_NUMKEYS) {
         long long numkeys;
+        int at = first + ks->keynumidx;
 
-        if (first >= argc || slice_to_ll(argv[first], &numkeys) < 0 ||
-            numkeys < ks->minkeys || numkeys > argc - first - 1)
+        if (at >= argc || slice_to_ll(argv[at], &numkeys) < 0 || numkeys < ks->minkeys ||
+            numkeys > argc)
             return -1;
-        first++;
-        last = first + (int)numkeys - 1;
+        first += ks->firstkey;
+        last = first + ((int)numkeys - 1) * ks->step;
+        step = ks->step;
     } else {
         if (ks->last >= 0)
             last = first + ks->last;
@@ -1117,7 +1096,7 @@ static int spec_keys(const struct key_spec *ks, const struct spec_use *u, int ar
         return -1;
     if (u->effect == TE_NONE)
         return n;
-    for (int i = first; i <= last; i += step) {
+    for (int i = first; i <= last && n < argc; i += step) {    /* out holds argc keys */
         out[n].argi = i;
         out[n].effect = u->effect;
         out[n].ttl_unit = u->effect == TE_SETS_TTL ? u->ttl_unit : 0;
@@ -1127,19 +1106,28 @@ static int spec_keys(const struct key_spec *ks, const struct spec_use *u, int ar
     return n;
 }
 
-int command_keys(const struct command *c, int argc, const struct slice *argv, struct key_ref *out)
+int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
+                 struct key_ref *out)
 {
+    const struct command *c = ci->row;
     struct spec_use use[MAX_SPECS];
+    unsigned feat = ci->feat;
     int n = 0;
 
     if (!command_arity_ok(c, argc))
         return -1;
     if (c->subs != NULL) {
-        c = sub_lookup(c, argv[1]);
-        if (c == NULL || !command_arity_ok(c, argc))
+        const struct command *sub = sub_lookup(c, argv[1]);
+
+        if (sub == NULL && (c->flags & CMD_PARTIAL))
+            return 0;                   /* a read */
+        if (sub == NULL)
+            return feat & FT_NEWER ? -2 : -1;
+        c = sub;
+        if (!command_arity_ok(c, argc))
             return -1;
     }
-    if (c->flags & CMD_UNVERIFIED)
+    if (c->flags & (CMD_UNVERIFIED | CMD_UNJUDGED))
         return -2;
     for (int i = 0; i < c->nspecs; i++) {
         use[i].effect = c->specs[i].effect;
@@ -1148,8 +1136,10 @@ int command_keys(const struct command *c, int argc, const struct slice *argv, st
         use[i].argi = -1;
     }
     if (c->options != NULL) {
-        int rc = c->options(argc, argv, use);
+        int rc = c->options(argc, argv, feat, use);
 
+        if (rc == -1 && (feat & FT_NEWER))
+            return -2;
         if (rc != 0)
             return rc;
     }
@@ -1179,6 +1169,7 @@ static void print_flags(FILE *out, unsigned flags)
     static const struct { unsigned flag; const char *name; } names[] = {
         { CMD_WRITE, "write" }, { CMD_BLOCKING, "blocking" }, { CMD_SCRIPT, "script" },
         { CMD_UNVERIFIED, "unverified" }, { CMD_EXPIRE, "expire" }, { CMD_NOSCRIPT, "noscript" },
+        { CMD_DERIVED, "derived" }, { CMD_UNJUDGED, "unjudged" }, { CMD_PARTIAL, "partial" },
     };
     const char *sep = "";
 
@@ -1222,9 +1213,13 @@ static void print_spec(FILE *out, const struct key_spec *ks)
         break;
     }
     if (ks->begin != KS_OPTION) {
-        if (ks->find == KS_NUMKEYS)
+        if (ks->find == KS_NUMKEYS && (ks->keynumidx != 0 || ks->firstkey != 1))
+            fprintf(out, "+numkeys(%d,%d)", ks->keynumidx, ks->firstkey);
+        else if (ks->find == KS_NUMKEYS)
             fputs("+numkeys", out);
-        else
+        if (ks->find == KS_NUMKEYS && ks->step != 1)
+            fprintf(out, "/%d", ks->step);
+        if (ks->find == KS_RANGE)
             print_range(out, ks);
     }
     fputc(':', out);
@@ -1236,7 +1231,7 @@ static void print_spec(FILE *out, const struct key_spec *ks)
     }
 }
 
-static void print_row(FILE *out, const struct command *c)
+void print_row(FILE *out, const struct command *c)
 {
     fprintf(out, "%s %d", c->name, c->arity);
     print_flags(out, c->flags);
@@ -1245,12 +1240,26 @@ static void print_row(FILE *out, const struct command *c)
     fputc('\n', out);
 }
 
-/* The format is documented in commands.h. */
-void commands_print(FILE *out)
+int command_key_args(const struct cmd_info *ci, int argc, const struct slice *argv,
+                     struct key_ref *out)
 {
-    for (int r = 0; r < NROWS; r++) {
-        print_row(out, &command_table[r]);
-        for (int s = 0; s < command_table[r].nsubs; s++)
-            print_row(out, &command_table[r].subs[s]);
+    const struct command *c = ci->row;
+    int n = 0;
+
+    if (c == NULL || !command_arity_ok(c, argc))
+        return 0;
+    if (c->subs != NULL && ((c = sub_lookup(c, argv[1])) == NULL || !command_arity_ok(c, argc)))
+        return 0;
+    for (int i = 0; i < c->nspecs; i++) {
+        struct spec_use u = { .effect = TE_CREATE, .ttl_argi = -1, .argi = -1 };
+        int m;
+
+        if (c->specs[i].begin == KS_OPTION)
+            continue;
+        m = spec_keys(&c->specs[i], &u, argc, argv, out, n);
+        if (m < 0)
+            break;
+        n = m;
     }
+    return n;
 }

@@ -1,12 +1,16 @@
 /*
- * commands: the Redis 7.0 command table.
+ * commands: the command table, per server.
  *
  * One row per command that can write a key (and the few the proxy must know
  * about for other reasons: scripts, blocking commands, commands it cannot
  * judge). For each key a command touches, the table says what the write does
- * to that key's TTL. The classes were checked against a real redis-server
- * 7.0.15, by experiment, not only by reading the docs: tests/unit/test_commands.c
- * and tests/integration/test_command_table.py keep it honest.
+ * to that key's TTL. Rows and names carry the first Redis and Valkey version
+ * that has them; a command set is the table as one server has it (Redis 7.0.15,
+ * 8.0.6, Valkey 8.1.1, 9.1.2 are verified, by experiment, not only by reading
+ * the docs: tests/unit/test_commands.c and tests/integration/test_command_table.py
+ * keep it honest), plus rows derived from that server's own key specs
+ * (COMMAND INFO) for the commands the table does not have: modules, newer
+ * servers.
  */
 #ifndef TTLG_COMMANDS_H
 #define TTLG_COMMANDS_H
@@ -43,6 +47,35 @@ enum ttl_unit {
                                        the NX/XX/GT/LT flags, if any, are argv[3..] (several may be
                                        given, e.g. XX GT; NX goes with none of the others) */
 #define CMD_NOSCRIPT    (1u << 5)   /* not allowed inside a Lua script */
+#define CMD_DERIVED     (1u << 6)   /* derived from the server's key specs, not verified */
+#define CMD_UNJUDGED    (1u << 7)   /* a derived row whose keys or effects cannot be known
+                                       (key specs "unknown", INCOMPLETE, too many) */
+#define CMD_PARTIAL     (1u << 8)   /* a container whose rows list only its writes: other
+                                       subcommands are reads */
+
+/* The server behind the proxy. */
+enum server_kind { SRV_REDIS, SRV_VALKEY };
+#define SRV_VERSION(major, minor, patch) ((unsigned)(major) * 10000u + (minor) * 100u + (patch))
+#define SRV_NEVER 0xffffffffu
+
+struct server_id {
+    unsigned char kind;         /* enum server_kind */
+    unsigned version;           /* SRV_VERSION */
+};
+
+/* Parse "redis:8.0.6", "valkey:9.1" (a missing minor or patch is 0). 0, or -1. */
+int server_id_parse(const char *text, struct server_id *out);
+/* "valkey 9.1.2" */
+void server_id_format(const struct server_id *id, char *buf, size_t len);
+/* The server assumed while the backend's identity is unknown: Redis 7.0.0. */
+extern const struct server_id server_id_default;
+
+/* What a server's parsers must accept beyond Redis 7.0 (struct cmd_info.feat). */
+#define FT_SET_IFEQ         (1u << 0)   /* SET ... IFEQ value (Valkey 8.1) */
+#define FT_HSETEX_KEYCOND   (1u << 1)   /* HSETEX key NX|XX ... (Valkey 9.0) */
+#define FT_NEWER            (1u << 2)   /* a version newer than the newest verified one of
+                                           its kind: arguments the parsers refuse may be
+                                           options they do not know, so cannot be judged */
 
 /* One key a command writes, as found in a concrete argv. */
 struct key_ref {
@@ -75,20 +108,62 @@ enum cmd_id {
 struct cmd_info {
     const struct command *row;  /* the table's row; NULL for reads the table leaves out */
     unsigned short id;          /* enum cmd_id */
-    unsigned short sflags;      /* CS_* */
+    unsigned char sflags;       /* CS_* */
+    unsigned char feat;         /* FT_*: the server's, for command_keys() */
 };
 
+/* The commands of one server: the table's rows and names that server has,
+ * and rows derived from its own key specs. */
+struct command_set;
+
+/* The table as the server id has it (no derived rows yet). */
+struct command_set *command_set_new(const struct server_id *id);
+void command_set_free(struct command_set *set);
+const struct server_id *command_set_server(const struct command_set *set);
+
+/* One command as the server describes it in COMMAND INFO, for a row derived
+ * from its key specs (command_set_derive()). */
+struct derived_spec {
+    unsigned flags;             /* DK_* */
+    int begin;                  /* enum: 0 index, 1 keyword, 2 unknown */
+    int index;                  /* begin_search index, or keyword's startfrom */
+    const char *keyword;
+    int find;                   /* enum: 0 range, 1 keynum, 2 unknown */
+    int lastkey, keystep, limit;            /* range */
+    int keynumidx, firstkey;                /* keynum (keystep too) */
+};
+#define DK_RO           (1u << 0)
+#define DK_RW           (1u << 1)
+#define DK_OW           (1u << 2)
+#define DK_RM           (1u << 3)
+#define DK_INSERT       (1u << 4)
+#define DK_UPDATE       (1u << 5)
+#define DK_DELETE       (1u << 6)
+#define DK_INCOMPLETE   (1u << 7)
+#define DK_NOT_KEY      (1u << 8)
+#define DK_VARIABLE     (1u << 9)
+
+struct derived_cmd {
+    const char *name;           /* lowercase or not; "parent|sub" for a subcommand */
+    int arity;
+    int write, blocking, noscript;          /* the server's command flags */
+    int nspecs;
+    const struct derived_spec *specs;
+};
+
+/* Add a row for a command the set does not know, from the server's own
+ * description; subcommands after their container (which must be added
+ * first, with no specs). Returns 0, or -1 when the name is taken or too long. */
+int command_set_derive(struct command_set *set, const struct derived_cmd *d);
+
+/* Counts for events and /metrics: the table's rows the server has, and the
+ * derived rows (of which `unjudged` cannot be judged). */
+void command_set_counts(const struct command_set *set, int *table, int *derived, int *unjudged);
+
 /* Look up argv[0] once per request (case-insensitive, binary safe): NULL
- * when redis-server does not know the name. */
-const struct cmd_info *command_resolve(const char *name, size_t len);
-
-/* Look up argv[0] (case-insensitive, binary safe). NULL when the command is
- * not in the table: the proxy treats such a command as one it cannot judge
- * only when it is not a known read-only command (see command_is_known()). */
-const struct command *command_lookup(const char *name, size_t len);
-
-/* 1 when name is a command redis-server 7.0.15 knows (read or write). */
-int command_is_known(const char *name, size_t len);
+ * when the server does not know the name. */
+const struct cmd_info *command_resolve(const struct command_set *set, const char *name,
+                                       size_t len);
 
 const char *command_name(const struct command *c);     /* lowercase, e.g. "set" */
 unsigned command_flags(const struct command *c);
@@ -98,17 +173,27 @@ int command_arity_ok(const struct command *c, int argc);
 
 /* The keys argv writes, with their effects: only keys whose effect is not
  * TE_NONE. out must have room for argc entries. Returns the number of keys,
- * or -1 when the arguments are malformed in a way redis-server refuses
+ * or -1 when the arguments are malformed in a way the server refuses
  * (wrong arity, bad option, bad numkeys): the proxy then forwards the command
- * unchanged and lets Redis answer the error. Returns -2 when the proxy cannot
- * judge this argv: always for CMD_UNVERIFIED commands, and for COPY ... DB n
- * (the destination is in another database); pass it and record it as
- * unverified. For CMD_SCRIPT commands the keys are the declared ones
- * (numkeys), each with effect TE_OVERWRITE; EVAL_RO, EVALSHA_RO and FCALL_RO
- * return no keys (redis refuses writes inside them). */
-int command_keys(const struct command *c, int argc, const struct slice *argv, struct key_ref *out);
+ * unchanged and lets the server answer the error. Returns -2 when the proxy
+ * cannot judge this argv: always for CMD_UNVERIFIED and CMD_UNJUDGED commands,
+ * for COPY ... DB n (the destination is in another database), and for
+ * arguments a parser refuses on a server newer than the table (FT_NEWER);
+ * pass it and record it as unverified. For CMD_SCRIPT commands the keys are
+ * the declared ones (numkeys), each with effect TE_OVERWRITE; EVAL_RO,
+ * EVALSHA_RO and FCALL_RO return no keys (the server refuses writes inside
+ * them). */
+int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
+                 struct key_ref *out);
 
-/* Print the table for `ttlguard commands`: one line per row, sorted by name,
+/* Every key argv names, whatever the command does to it, as far as its key
+ * specs find them (options parsers not run): for rules about commands that
+ * cannot be judged. Returns the count (0 when none can be found). */
+int command_key_args(const struct cmd_info *ci, int argc, const struct slice *argv,
+                     struct key_ref *out);
+
+/* Print the set for `ttlguard commands`: one line per row, sorted by name
+ * (derived rows after the table's),
  * fields separated by one space (tests/integration/test_command_table.py
  * parses it):
  *
@@ -116,15 +201,16 @@ int command_keys(const struct command *c, int argc, const struct slice *argv, st
  *
  *   name     lowercase; a container's subcommands follow it ("xgroup|create")
  *   arity    as redis: N exactly, -N at least N arguments, the name included
- *   flags    comma-separated: write blocking script unverified expire noscript;
- *            "-" when none
+ *   flags    comma-separated: write blocking script unverified expire noscript
+ *            derived unjudged partial; "-" when none
  *   role     key, source or destination
  *   where    N           argv[N]
  *            N..L        a range from argv[N] to argv[N+L] (L > 0) or to
  *                        argv[argc+L] (L < 0); "/S" after it: every S-th;
  *                        "%D": the range is the first 1/D of the arguments
  *                        from argv[N] on (L counts back from its end)
- *            N+numkeys   argv[N] is the number of keys, which follow it
+ *            N+numkeys   argv[N] is the number of keys, which follow it;
+ *                        "/S" after it: every S-th
  *            after(W,F)  the key follows the word W, searched from argv[F]
  *                        (F < 0: from the end, backwards); a range may follow
  *            opt(W,...)  the key follows one of the option words W, the last
@@ -134,7 +220,7 @@ int command_keys(const struct command *c, int argc, const struct slice *argv, st
  *
  * e.g. "set -3 write key@1:none|create|overwrite|sets-ttl",
  *      "zunionstore -4 write destination@1:overwrite source@2+numkeys:none" */
-void commands_print(FILE *out);
+void commands_print(FILE *out, const struct command_set *set);
 
 const char *ttl_effect_name(enum ttl_effect e);  /* "none", "create", "overwrite", "persist", "sets-ttl" */
 

@@ -79,6 +79,7 @@ static int parse_size(const struct conf_key *, enum section_kind, const char *, 
 static int parse_log_keys(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_action(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_refresh(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_unknown(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_onoff(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_text(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 
@@ -105,6 +106,7 @@ static const struct conf_key conf_keys[] = {
     { "ttl",     IN_DEFAULT | IN_TTL, parse_ll,      RULE(ttl),     1, TTL_MAX, "seconds" },
     { "max_ttl", IN_DEFAULT | IN_TTL, parse_ll,      RULE(max_ttl), 0, TTL_MAX, "seconds (0 = no cap)" },
     { "refresh", IN_DEFAULT | IN_TTL, parse_refresh, RULE(refresh), 0, 0, NULL },
+    { "unknown", IN_DEFAULT | IN_TTL, parse_unknown, RULE(unknown), 0, 0, NULL },
 
     { "owner",   IN_DURABLE, parse_text, RULE(owner),   0, 0, "who owns these keys" },
     { "reason",  IN_DURABLE, parse_text, RULE(reason),  0, 0, "why they may live without a TTL" },
@@ -384,6 +386,23 @@ static int parse_refresh(const struct conf_key *k, enum section_kind in, const c
         *dst = REFRESH_BOUND;
     else {
         snprintf(err, errlen, "%s = '%s': expected allow or bound", k->name, value);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_unknown(const struct conf_key *k, enum section_kind in, const char *value,
+                         void *field, char *err, size_t errlen)
+{
+    enum rule_unknown *dst = field;
+    if (strcmp(value, "log") == 0)
+        *dst = UNKNOWN_LOG;
+    else if (strcmp(value, "allow") == 0)
+        *dst = UNKNOWN_ALLOW;
+    else if (strcmp(value, "reject") == 0)
+        *dst = UNKNOWN_REJECT;
+    else {
+        snprintf(err, errlen, "%s = '%s': expected allow, log or reject", k->name, value);
         return -1;
     }
     return 0;
@@ -763,6 +782,7 @@ int config_load(const char *path, struct config *cfg, char *err, size_t errlen)
             d->ttl = s->rule.ttl;
             d->max_ttl = s->rule.max_ttl;
             d->refresh = s->rule.refresh;
+            d->unknown = s->rule.unknown;
             d->line = s->line;
         } else if (s->kind != SECT_PROXY) {
             rules_add(&cfg->rules, &s->rule);

@@ -6,18 +6,22 @@
 #include <string.h>
 
 #include "backend.h"
+#include "commands.h"
 #include "control.h"
 #include "events.h"
+#include "identify.h"
 #include "policy.h"
 #include "server.h"
 #include "util.h"
 
 #define RETRY_MS    1000
 #define ACL_MS      1000
-#define OWED_MAX    16
-#define REPLY_KEEP  (64 * 1024)     /* an ACL GETUSER reply, at most */
+#define OWED_MAX    64
+#define REPLY_KEEP  (1024 * 1024)   /* a COMMAND LIST or COMMAND INFO reply, at most */
+#define INFO_BATCH  16              /* names per COMMAND INFO */
 
-enum probe { PR_PING, PR_AUTH, PR_NAME, PR_DATABASES, PR_POLICY, PR_ACL };
+enum probe { PR_PING, PR_AUTH, PR_NAME, PR_DATABASES, PR_POLICY, PR_ACL, PR_INFO, PR_CMDLIST,
+             PR_CMDINFO };
 
 static struct control {
     struct server *srv;
@@ -29,6 +33,9 @@ static struct control {
     int started, stopping;
     int want_policy, want_auth;     /* asked while not connected, or asked again */
     uint64_t retry_at, acl_at;      /* monotonic ms */
+    struct command_set *pending;    /* the backend's commands being read (PR_INFO on) */
+    int info_owed;                  /* COMMAND INFO replies still owed */
+    char why[160];                  /* what could not be read from the backend, for the event */
 } ctl;
 
 static void send_probe(enum probe what)
@@ -37,6 +44,8 @@ static void send_probe(enum probe what)
     static const char policy[] = "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$16\r\nmaxmemory-policy\r\n";
     static const char dbs[] = "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$9\r\ndatabases\r\n";
     static const char acl[] = "*3\r\n$3\r\nACL\r\n$7\r\nGETUSER\r\n$7\r\ndefault\r\n";
+    static const char info[] = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+    static const char cmdlist[] = "*2\r\n$7\r\nCOMMAND\r\n$4\r\nLIST\r\n";
     static const char name[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$" CONTROL_NAME_LEN "\r\n"
                                CONTROL_NAME "\r\n";
     if (ctl.be.state != BC_READY || ctl.n == OWED_MAX)
@@ -51,6 +60,8 @@ static void send_probe(enum probe what)
     case PR_ACL:    p = acl; n = sizeof acl - 1; break;
     case PR_NAME:   p = name; n = sizeof name - 1; break;
     case PR_DATABASES: p = dbs; n = sizeof dbs - 1; break;
+    case PR_INFO:   p = info; n = sizeof info - 1; break;
+    case PR_CMDLIST: p = cmdlist; n = sizeof cmdlist - 1; break;
     case PR_AUTH:
     default:
         p = auth = auth_request(cfg, &n);
@@ -132,6 +143,75 @@ static void acl_seen(char type)
     srv->clients_must_auth = !open;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The backend's commands: INFO server, COMMAND LIST, COMMAND INFO            */
+
+static void commands_done(void)
+{
+    struct server *srv = ctl.srv;
+    struct command_set *set = ctl.pending;
+    int from_backend = set != NULL;
+
+    ctl.pending = NULL;
+    ctl.info_owed = 0;
+    if (set == NULL) {
+        /* Keep what an earlier connection read; assume Redis 7.0 otherwise. */
+        if (srv->commands_ready)
+            return;
+        set = command_set_new(&server_id_default);
+    }
+    server_set_commands(srv, set, from_backend);
+    events_backend_server(srv->cfg, set, from_backend, ctl.why[0] ? ctl.why : NULL);
+    ctl.why[0] = '\0';
+}
+
+static void info_seen(char type)
+{
+    struct server_id id;
+
+    if (type != '$' || identify_info(ctl.buf, ctl.len, &id) != 0) {
+        snprintf(ctl.why, sizeof ctl.why, "INFO server %s", type == '-' ? "refused" :
+                 "answered without redis_version or valkey_version");
+        commands_done();
+        return;
+    }
+    command_set_free(ctl.pending);
+    ctl.pending = command_set_new(&id);
+    send_probe(PR_CMDLIST);
+}
+
+static void cmdlist_seen(char type)
+{
+    char *reqs = NULL;
+    size_t len = 0;
+    int n = type == '*' ? identify_unknown(ctl.buf, ctl.len, ctl.pending, OWED_MAX - ctl.n,
+                                           &reqs, &len) : -1;
+    if (n < 0)
+        snprintf(ctl.why, sizeof ctl.why, "COMMAND LIST %s: commands outside the table "
+                 "cannot be judged", type == '-' ? "refused" : "unreadable");
+    if (n <= 0 || ctl.be.state != BC_READY) {
+        free(reqs);
+        commands_done();
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        ctl.owed[(ctl.head + ctl.n++) % OWED_MAX] = PR_CMDINFO;
+    ctl.info_owed = n;
+    bconn_write_bytes(&ctl.be, reqs, len);
+    free(reqs);
+}
+
+static void cmdinfo_seen(char type)
+{
+    if (ctl.pending == NULL)
+        return;
+    if (type != '*' || identify_derive(ctl.buf, ctl.len, ctl.pending) < 0)
+        snprintf(ctl.why, sizeof ctl.why, "COMMAND INFO %s: some commands outside the table "
+                 "cannot be judged", type == '-' ? "refused" : "unreadable");
+    if (--ctl.info_owed == 0)
+        commands_done();
+}
+
 static void ctl_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
 {
     if (start)
@@ -164,6 +244,15 @@ static void ctl_reply(struct bconn *b, const char *p, size_t n, int done, char t
     case PR_ACL:
         acl_seen(type);
         break;
+    case PR_INFO:
+        info_seen(type);
+        break;
+    case PR_CMDLIST:
+        cmdlist_seen(type);
+        break;
+    case PR_CMDINFO:
+        cmdinfo_seen(type);
+        break;
     }
     if (ctl.len > 4096) {
         free(ctl.buf);
@@ -180,6 +269,9 @@ static void ctl_ready(struct bconn *b)
         send_probe(PR_AUTH);
     send_probe(PR_NAME);
     send_probe(PR_DATABASES);
+    command_set_free(ctl.pending);
+    ctl.pending = NULL;
+    send_probe(PR_INFO);
     ctl.want_policy = 1;
     flush_wants();
 }
@@ -192,6 +284,12 @@ static void ctl_failed(struct bconn *b, const char *why, int was_ready)
 {
     if (was_ready)
         log_debug("control connection lost: %s", why);
+    if (!ctl.srv->commands_ready || ctl.pending != NULL) {
+        command_set_free(ctl.pending);
+        ctl.pending = NULL;
+        snprintf(ctl.why, sizeof ctl.why, "no control connection to the backend (%s)", why);
+        commands_done();
+    }
     ctl.retry_at = now_ms_monotonic() + RETRY_MS;
 }
 
@@ -225,6 +323,8 @@ void control_stop(void)
         return;
     ctl.stopping = 1;
     bconn_close(&ctl.be);
+    command_set_free(ctl.pending);
+    ctl.pending = NULL;
     free(ctl.buf);
     ctl.buf = NULL;
 }

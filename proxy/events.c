@@ -44,6 +44,7 @@
 #include <unistd.h>
 #include <sys/random.h>
 
+#include "commands.h"
 #include "events.h"
 
 #define EV_PENDING_MAX  (4u << 20)      /* bytes of lines waiting for the writer */
@@ -319,6 +320,8 @@ void events_rule_json(struct evbuf *b, const struct rule *r)
         evbuf_printf(b, ",\"action\":\"%s\",\"ttl\":%lld,\"refresh\":\"%s\",\"max_ttl\":%lld",
                      rule_action_name(r->action), r->ttl, rule_refresh_name(r->refresh),
                      r->max_ttl);
+        if (r->unknown != UNKNOWN_LOG)
+            evbuf_printf(b, ",\"unknown\":\"%s\"", rule_unknown_name(r->unknown));
     }
     if (r->line > 0)
         evbuf_printf(b, ",\"line\":%d", r->line);
@@ -1073,11 +1076,11 @@ const struct events_counters *events_counters(void)
 /* Count one event about a key in its fold (written at once when it is the
  * first of its kind in the window), with the key and client as example. */
 static void fold_key_event(enum ev_kind kind, uint32_t ri, int effect, int action, struct slice cmd,
-                           struct slice key, const struct ev_client *c)
+                           struct slice key, const char *detail, const struct ev_client *c)
 {
     struct fold_id id;
     int fresh;
-    fold_id_init(&id, kind, ri, effect, action, cmd, NULL);
+    fold_id_init(&id, kind, ri, effect, action, cmd, detail);
     struct fold *f = fold_get(&id, &fresh);
     if (f == NULL)
         return;
@@ -1090,6 +1093,13 @@ static void fold_key_event(enum ev_kind kind, uint32_t ri, int effect, int actio
 void events_violation(const struct rule *r, struct slice cmd, struct slice key,
                       enum ev_effect effect, enum ev_action action, const struct ev_client *c)
 {
+    events_violation_detail(r, cmd, key, effect, action, NULL, c);
+}
+
+void events_violation_detail(const struct rule *r, struct slice cmd, struct slice key,
+                             enum ev_effect effect, enum ev_action action, const char *detail,
+                             const struct ev_client *c)
+{
     ev.counters.violations[effect][action]++;
     uint32_t ri = rule_index(r);
     if (ri == NO_RULE)
@@ -1098,7 +1108,7 @@ void events_violation(const struct rule *r, struct slice cmd, struct slice key,
     if (!ev.on)
         return;
 
-    fold_key_event(EK_VIOLATION, ri, effect, action, cmd, key, c);
+    fold_key_event(EK_VIOLATION, ri, effect, action, cmd, key, detail, c);
 }
 
 void events_durable_write(const struct rule *r, struct slice cmd, struct slice key,
@@ -1116,7 +1126,7 @@ void events_durable_write(const struct rule *r, struct slice cmd, struct slice k
     if (!ev.on)
         return;
 
-    fold_key_event(sets_ttl ? EK_TTL_ON_DURABLE : EK_DURABLE_WRITE, ri, 0, 0, cmd, key, c);
+    fold_key_event(sets_ttl ? EK_TTL_ON_DURABLE : EK_DURABLE_WRITE, ri, 0, 0, cmd, key, NULL, c);
 }
 
 void events_unverified_keys(struct slice cmd, const char *detail, const struct slice *keys,
@@ -1301,6 +1311,51 @@ void events_backend_policy(const struct config *cfg, const char *policy, const c
             json_member_str(b, "message", msg.p);
         json_member_u64(b, "durable_rules", durable);
         json_member_u64(b, "ttl_rules", ttl);
+        line_end(b);
+    }
+    evbuf_free(&msg);
+}
+
+void events_backend_server(const struct config *cfg, const struct command_set *set,
+                           int from_backend, const char *why)
+{
+    char name[48];
+    int table, derived, unjudged;
+    const struct server_id *id = command_set_server(set);
+
+    server_id_format(id, name, sizeof name);
+    command_set_counts(set, &table, &derived, &unjudged);
+    const char *level = !from_backend || why != NULL ? "warn" : unjudged > 0 ? "note" : "ok";
+    struct evbuf msg = { 0 };
+    if (!from_backend)
+        evbuf_printf(&msg, "the backend's name and version are unknown (%s): commands are "
+                     "judged as Redis 7.0's", why ? why : "not read");
+    else if (why != NULL)
+        evbuf_printf(&msg, "%s", why);
+    else if (unjudged > 0)
+        evbuf_printf(&msg, "%d command%s outside the table cannot be judged from %s key specs "
+                     "(rule option unknown decides)", unjudged, unjudged == 1 ? "" : "s",
+                     unjudged == 1 ? "its" : "their");
+    if ((id->kind == SRV_REDIS && id->version > SRV_VERSION(8, 0, 99)) ||
+        (id->kind == SRV_VALKEY && id->version > SRV_VERSION(9, 1, 99)))
+        evbuf_printf(&msg, "%s%s is newer than the table (verified up to Redis 8.0 and Valkey "
+                     "9.1): arguments it does not know are not judged", msg.len ? "; " : "",
+                     name);
+    evbuf_add(&msg, "", 1);
+
+    log_info("backend: %s, %d commands from the table, %d derived from its key specs%s%s",
+             name, table, derived, msg.p[0] ? ": " : "", msg.p);
+    if (ev.on) {
+        struct evbuf *b = line_begin("backend_server");
+        json_member_str(b, "server", id->kind == SRV_VALKEY ? "valkey" : "redis");
+        json_member_str(b, "version", strchr(name, ' ') + 1);
+        json_member_str(b, "source", from_backend ? "backend" : "assumed");
+        json_member_str(b, "level", level);
+        if (msg.p[0] != '\0')
+            json_member_str(b, "message", msg.p);
+        json_member_u64(b, "table_commands", (uint64_t)table);
+        json_member_u64(b, "derived_commands", (uint64_t)derived);
+        json_member_u64(b, "unjudged_commands", (uint64_t)unjudged);
         line_end(b);
     }
     evbuf_free(&msg);

@@ -98,6 +98,19 @@ void events_unverified(struct slice cmd, const char *detail, const struct ev_cli
 void events_unverified_keys(struct slice cmd, const char *detail, const struct slice *keys,
                             int nkeys, const struct ev_client *c);
 
+/* A violation of a command whose classification is not the table's own:
+ * detail says so (e.g. derived from the server's key specs). */
+void events_violation_detail(const struct rule *r, struct slice cmd, struct slice key,
+                             enum ev_effect effect, enum ev_action action, const char *detail,
+                             const struct ev_client *c);
+
+/* The backend's name and version, and what the proxy knows of its commands
+ * (from_backend 0: assumed, with why), after each (re)connect of the control
+ * connection that identified it. */
+struct command_set;
+void events_backend_server(const struct config *cfg, const struct command_set *set,
+                           int from_backend, const char *why);
+
 /* The backend's maxmemory-policy, read on the first backend connection:
  * policy is NULL when CONFIG GET was refused (managed services), with why. */
 void events_backend_policy(const struct config *cfg, const char *policy, const char *why);

@@ -4,7 +4,7 @@
  * main: the command line. Subcommands share the config file:
  *   ttlguard [--config FILE] [--listen ADDR] [--backend ADDR]   run the proxy
  *   ttlguard --check-config --config FILE                       validate and exit
- *   ttlguard commands                                           print the command table
+ *   ttlguard commands [--server NAME:VERSION]                   print the command table
  *   ttlguard audit --config FILE ...                            find keys that leaked (audit.c)
  *   ttlguard report FILE...                                     summarise event logs (report.c)
  */
@@ -26,7 +26,7 @@ static void usage(FILE *out)
 "Usage: ttlguard [OPTIONS]\n"
 "       ttlguard audit --config FILE [AUDIT OPTIONS]   (ttlguard audit --help)\n"
 "       ttlguard report FILE...\n"
-"       ttlguard commands\n"
+"       ttlguard commands [--server NAME:VERSION]\n"
 "\n"
 "A transparent Redis (RESP) proxy that enforces TTL rules on key prefixes.\n"
 "Point clients at the listen address instead of Redis.\n"
@@ -44,11 +44,34 @@ static void usage(FILE *out)
 "Subcommands:\n"
 "  audit                 scan Redis for keys that already leaked (see docs/audit.md)\n"
 "  report FILE...        summarise event logs: durable prefixes, violations, top keys\n"
-"  commands              print how each Redis command is classified (keys, TTL effects)\n"
+"  commands              print how each command is classified (keys, TTL effects) on\n"
+"                        --server redis:7.0 (default), redis:8.0, valkey:8.1, valkey:9.1, ...;\n"
+"                        the proxy picks the table by the backend's own name and version\n"
 "\n"
 "Signals: SIGTERM/SIGINT stop accepting, let owed replies drain (5 s at most), exit 0;\n"
 "SIGHUP reloads the config (a bad one is refused, the old one stays); SIGUSR1 reopens\n"
 "the event log.\n");
+}
+
+/* ttlguard commands [--server NAME:VERSION] */
+static int commands_main(int argc, char **argv)
+{
+    struct server_id id = server_id_default;
+
+    if (argc == 3 && strcmp(argv[1], "--server") == 0) {
+        if (server_id_parse(argv[2], &id) != 0) {
+            fprintf(stderr, "ttlguard commands: bad --server '%s' (want redis:VERSION or "
+                    "valkey:VERSION, e.g. valkey:9.1.2)\n", argv[2]);
+            return 2;
+        }
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: ttlguard commands [--server NAME:VERSION]\n");
+        return 2;
+    }
+    struct command_set *set = command_set_new(&id);
+    commands_print(stdout, set);
+    command_set_free(set);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -66,10 +89,8 @@ int main(int argc, char **argv)
     const char *config_path = NULL, *listen = NULL, *backend = NULL;
     int check = 0, c;
 
-    if (argc > 1 && strcmp(argv[1], "commands") == 0) {
-        commands_print(stdout);
-        return 0;
-    }
+    if (argc > 1 && strcmp(argv[1], "commands") == 0)
+        return commands_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "audit") == 0)
         return audit_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "report") == 0)

@@ -265,6 +265,26 @@ static void build_reject(struct sbuf *b, struct slice cmd, enum cmd_id id, struc
     sb_add(b, "\r\n", 2);
 }
 
+static int unknown_rank(enum rule_unknown u)
+{
+    return u == UNKNOWN_REJECT ? 2 : u == UNKNOWN_LOG ? 1 : 0;
+}
+
+static void build_unjudged_reject(struct sbuf *b, struct slice cmd, const struct rule *r,
+                                  const char *why)
+{
+    b->len = 0;
+    sb_str(b, "-TTLGUARD ");
+    for (size_t i = 0; i < cmd.len && i < 32; i++) {
+        char c = cmd.p[i];
+        c = (char)((c >= 'a' && c <= 'z') ? c - 32 : (c < 0x20 || c > 0x7e) ? '?' : c);
+        sb_add(b, &c, 1);
+    }
+    sb_printf(b, " cannot be judged by the proxy (%s) and rule %s has unknown = reject: "
+                 "send it straight to the server, or set unknown = log in that rule\r\n",
+              why, r->label);
+}
+
 /* The request's bytes after its "*N\r\n" line, for reuse in a rewrite. */
 static struct slice args_span(const struct request *req)
 {
@@ -337,6 +357,44 @@ static enum verdict check_script(const struct config *cfg, const struct request 
     return V_FORWARD;
 }
 
+/* A command the proxy cannot judge: the rule option `unknown` of the rules
+ * its keys fall under decides (the strictest of them); the default rule's
+ * when none of its keys can be found. */
+static enum verdict unjudged(const struct config *cfg, const struct request *req,
+                             const struct policy_ctx *ctx, const char *why, struct rewrite *rw)
+{
+    const struct rule *decides = &cfg->rules.dflt;
+    int nk = ctx->cmd != NULL ? command_key_args(ctx->cmd, req->argc, req->argv, keys) : 0;
+    int found_rule = 0;
+
+    for (int i = 0; i < nk; i++) {
+        struct slice key = req->argv[keys[i].argi];
+        const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
+        if (r->kind == RULE_DURABLE)
+            continue;
+        if (!found_rule || unknown_rank(r->unknown) > unknown_rank(decides->unknown))
+            decides = r;
+        found_rule = 1;
+    }
+    if (nk > 0 && !found_rule)
+        return V_FORWARD;           /* every key is durable */
+    switch (decides->unknown) {
+    case UNKNOWN_ALLOW:
+        return V_FORWARD;
+    case UNKNOWN_REJECT: {
+        char detail[160];
+        snprintf(detail, sizeof detail, "%s; rejected (rule %s, unknown = reject)", why,
+                 decides->label);
+        events_unverified(req->argv[0], detail, ctx->client);
+        build_unjudged_reject(&rw->err, req->argv[0], decides, why);
+        return V_REJECT;
+    }
+    default:
+        events_unverified(req->argv[0], why, ctx->client);
+        return V_FORWARD;
+    }
+}
+
 enum verdict policy_check(const struct config *cfg, const struct request *req,
                           const struct policy_ctx *ctx, struct rewrite *rw)
 {
@@ -351,10 +409,8 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
         return V_FORWARD;
 
     struct slice name = req->argv[0];
-    if (ctx->cmd == NULL) {
-        events_unverified(name, "unknown command", ctx->client);
-        return V_FORWARD;
-    }
+    if (ctx->cmd == NULL)
+        return unjudged(cfg, req, ctx, "unknown command", rw);
     const struct command *cmd = ctx->cmd->row;
     enum cmd_id id = ctx->cmd->id;
     if (cmd == NULL)
@@ -362,23 +418,21 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     unsigned flags = command_flags(cmd);
     if (!command_arity_ok(cmd, req->argc))
         return V_FORWARD;           /* Redis answers the arity error */
-    if (flags & CMD_UNVERIFIED) {
-        events_unverified(name, "not judged by the proxy", ctx->client);
-        return V_FORWARD;
-    }
 
     ensure_cap(req->argc);
-    int nk = command_keys(cmd, req->argc, req->argv, keys);
-    if (nk == -2) {
-        events_unverified(name, "not judged by the proxy", ctx->client);
-        return V_FORWARD;
-    }
+    int nk = command_keys(ctx->cmd, req->argc, req->argv, keys);
+    if (nk == -2)
+        return unjudged(cfg, req, ctx, flags & CMD_DERIVED ?
+                        "its key specs say too little to judge it" :
+                        "not judged by the proxy", rw);
     if (nk <= 0)
         return V_FORWARD;
     if (flags & CMD_SCRIPT)
         return check_script(cfg, req, nk, ctx, rw);
 
     int nf = 0, reject = -1, rewrite = 0;
+    const char *derived = flags & CMD_DERIVED ?
+        "classified from the server's key specs, not verified by experiment" : NULL;
     for (int i = 0; i < nk; i++) {
         struct slice key = req->argv[keys[i].argi];
         const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
@@ -462,14 +516,14 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     if (reject >= 0) {
         /* The command does not run: every finding was refused with it. */
         for (int i = 0; i < nf; i++)
-            events_violation(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
-                             EACT_REJECTED, ctx->client);
+            events_violation_detail(found[i].rule, name, req->argv[found[i].argi],
+                                    found[i].effect, EACT_REJECTED, derived, ctx->client);
         build_reject(&rw->err, name, id, req->argv[found[reject].argi], &found[reject]);
         return V_REJECT;
     }
     for (int i = 0; i < nf; i++)
-        events_violation(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
-                         found[i].action, ctx->client);
+        events_violation_detail(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
+                                found[i].action, derived, ctx->client);
     if (!rewrite)
         return V_FORWARD;
 

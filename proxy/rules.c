@@ -183,6 +183,15 @@ const char *rule_action_name(enum rule_action a)
     return "?";
 }
 
+const char *rule_unknown_name(enum rule_unknown u)
+{
+    switch (u) {
+    case UNKNOWN_ALLOW:  return "allow";
+    case UNKNOWN_REJECT: return "reject";
+    default:             return "log";
+    }
+}
+
 const char *rule_refresh_name(enum rule_refresh r)
 {
     switch (r) {

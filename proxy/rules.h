@@ -32,6 +32,14 @@ enum rule_refresh {
     REFRESH_BOUND,      /* the first TTL is a bound: EXPIRE becomes EXPIRE ... NX */
 };
 
+/* A command the proxy cannot judge (a module command without usable key
+ * specs, SWAPDB, MIGRATE, a name the backend did not list...). */
+enum rule_unknown {
+    UNKNOWN_LOG,        /* forward it, record an `unverified` event (the default) */
+    UNKNOWN_ALLOW,      /* forward it, record nothing */
+    UNKNOWN_REJECT,     /* refuse it with a -TTLGUARD error */
+};
+
 struct rule {
     enum rule_kind kind;
     char *prefix;               /* raw bytes, NUL-terminated for convenience; "" for default */
@@ -41,6 +49,7 @@ struct rule {
     long long ttl;              /* seconds given to keys without a TTL; 0 = unset */
     long long max_ttl;          /* seconds; 0 = no cap */
     enum rule_refresh refresh;
+    enum rule_unknown unknown;  /* ttl and default rules */
     char *owner;                /* durable rules only, else NULL */
     char *reason;
     char *rebuild;
@@ -74,6 +83,7 @@ void rules_free(struct ruleset *rs);
 
 const char *rule_action_name(enum rule_action a);     /* "allow", "log", "rewrite", "reject" */
 const char *rule_refresh_name(enum rule_refresh r);   /* "allow", "bound" */
+const char *rule_unknown_name(enum rule_unknown u);   /* "log", "allow", "reject" */
 const char *rule_kind_name(enum rule_kind k);         /* "default", "ttl", "durable" */
 
 /* Decode a quoted, binary-safe prefix as written in a section header:

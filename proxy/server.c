@@ -9,6 +9,7 @@
 #include <netdb.h>
 
 #include "admin.h"
+#include "commands.h"
 #include "control.h"
 #include "events.h"
 #include "mux.h"
@@ -58,6 +59,19 @@ static void finish_shutdown(struct server *srv)
             uv_cancel((uv_req_t *)&srv->gai);
         admin_stop();
         events_shutdown();
+    }
+}
+
+void server_set_commands(struct server *srv, struct command_set *set, int from_backend)
+{
+    /* Nothing keeps a row past the request that looked it up. */
+    command_set_free(srv->commands);
+    srv->commands = set;
+    srv->backend_known = from_backend;
+    srv->commands_ready = 1;
+    for (struct session *s = srv->sessions, *next; s != NULL; s = next) {
+        next = session_next(s);
+        session_commands_ready(s);
     }
 }
 
@@ -322,6 +336,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     }
     addr_format(&srv->backend_addr, srv->backend_name, sizeof srv->backend_name);
     resolve_backend(srv);
+    srv->commands = command_set_new(&server_id_default);
     srv->rbuf_size = RBUF_SIZE;
     srv->rbuf = xmalloc(srv->rbuf_size);
 
@@ -368,6 +383,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
 
     uv_loop_close(srv->loop);
     free(srv->rbuf);
+    command_set_free(srv->commands);
     config_free(srv->cfg);
     free(srv->cfg);
     log_info("bye");

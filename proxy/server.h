@@ -22,6 +22,7 @@
 #include "util.h"
 
 struct session;
+struct command_set;
 
 /* Counters, monotonically increasing, read by the admin endpoint. */
 struct stats {
@@ -57,6 +58,11 @@ struct server {
     int clients_must_auth;           /* ...Redis wants AUTH from a client that connects now */
     int databases;                   /* CONFIG GET databases; 0 while unknown */
     uint64_t paused_until;           /* monotonic ms: a CLIENT PAUSE seen lasts until then */
+    struct command_set *commands;    /* the backend's commands: the table as its server and
+                                        version have it, and rows derived from its key specs */
+    int commands_ready;              /* 0 until the control connection has identified the
+                                        backend (or given up): sessions under rules wait */
+    int backend_known;               /* commands came from the backend's own replies */
 
     uv_stream_t *listener;           /* a uv_tcp_t or uv_pipe_t of our own; NULL when closed */
     int listen_override;             /* --listen / --backend given: a reload keeps them */
@@ -97,6 +103,11 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
 /* A backend connect failed: resolve a host name again (at most once a second,
  * in the background), in case the backend moved (containers do). */
 void server_backend_failed(struct server *srv);
+
+/* The backend's command set (ownership passes to srv; the old one is freed).
+ * from_backend: it was read from the backend, not assumed. Sessions that
+ * waited for it are served. */
+void server_set_commands(struct server *srv, struct command_set *set, int from_backend);
 
 /* Called by sessions when they have freed themselves. */
 void server_session_gone(struct server *srv);

@@ -1046,7 +1046,8 @@ static void select_shared(struct session *s, const struct request *req,
 
 static enum handled handle_request(struct session *s, const struct request *req)
 {
-    struct req_plan pl = { .ci = command_resolve(req->argv[0].p, req->argv[0].len) };
+    struct req_plan pl = { .ci = command_resolve(s->srv->commands, req->argv[0].p,
+                                                 req->argv[0].len) };
     pl.id = pl.ci != NULL ? pl.ci->id : CID_OTHER;
     if (s->mode == SM_OWN && s->srv->cfg->multiplex)
         consider_sharing(s, req, pl.ci);
@@ -1247,6 +1248,12 @@ static void be_ready(struct bconn *b)
 {
     struct session *s = b->owner;
     struct server *srv = s->srv;
+    if (!srv->commands_ready && !policy_inactive(srv->cfg)) {
+        /* Rules judge commands by the backend's own table: wait for it
+         * (session_commands_ready()). The client is not read meanwhile. */
+        s->ident_wait = 1;
+        return;
+    }
     s->auth_required = srv->cfg->backend_password == NULL && srv->clients_must_auth;
     s->unauth = s->auth_required;
     session_set_mode(s, SM_OWN);
@@ -1254,6 +1261,15 @@ static void be_ready(struct bconn *b)
         replay_state(s);
     if (!s->replaying)
         serve_waiting(s);
+}
+
+void session_commands_ready(struct session *s)
+{
+    if (!s->ident_wait || s->closing)
+        return;
+    s->ident_wait = 0;
+    if (s->be.state == BC_READY)
+        be_ready(&s->be);
 }
 
 static void be_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)

@@ -25,4 +25,8 @@ void session_close(struct session *s);
 
 struct session *session_next(const struct session *s);
 
+/* The backend's commands are known (server_set_commands()): a session that
+ * waited for them is served. */
+void session_commands_ready(struct session *s);
+
 #endif

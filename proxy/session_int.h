@@ -90,6 +90,7 @@ struct session {
     unsigned no_evict:1;            /* CLIENT NO-EVICT ON (replayed after sharing) */
     unsigned stateful:1;            /* sent what needs its own connection: never shares */
     unsigned reopen:1;              /* its own connection is opened again once closed */
+    unsigned ident_wait:1;          /* its connection is ready, the backend's commands not yet */
     unsigned served;                /* requests handled on its own connection */
     unsigned client_reading:1;      /* uv_read_start active on client */
     unsigned client_eof:1;          /* client half-closed: finish owed replies, then close */

@@ -145,16 +145,30 @@ timeout 600 apt-get -q "${APTOPTS[@]}" update >&2 \
 tmp=$(mktemp -d "$cache/src/.$pkg-$sname.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 if id _apt >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then chown _apt "$tmp" 2>/dev/null || true; fi
-(cd "$tmp" && timeout 900 apt-get -q "${APTOPTS[@]}" source --download-only "$pkg" >&2) \
-  || die "apt-get source --download-only $pkg failed (suite $suite at $uri)"
-
-dsc=$(ls "$tmp"/*.dsc 2>/dev/null | head -n1)
-[ -n "$dsc" ] || die "apt-get source left no .dsc in $tmp"
-(cd "$tmp" && dpkg-source -x "$(basename "$dsc")" >&2) || die "dpkg-source -x $(basename "$dsc") failed"
+if (cd "$tmp" && timeout 900 apt-get -q "${APTOPTS[@]}" source --download-only "$pkg" >&2); then
+  dsc=$(ls "$tmp"/*.dsc 2>/dev/null | head -n1)
+  [ -n "$dsc" ] || die "apt-get source left no .dsc in $tmp"
+  (cd "$tmp" && dpkg-source -x "$(basename "$dsc")" >&2) || die "dpkg-source -x $(basename "$dsc") failed"
+  from=$(basename "$dsc")
+else
+  # A mirror can lag its own index by one upload: the .dsc and the Debian diff of the
+  # listed version are missing while the upstream tarball (shared by every upload of
+  # that upstream version) is there. apt has checked the tarball against the index's
+  # checksums; unpack it alone, without Debian's patches.
+  orig=$(ls "$tmp"/*.orig.tar.* 2>/dev/null | head -n1)
+  [ -n "$orig" ] || die "apt-get source --download-only $pkg failed (suite $suite at $uri)"
+  log "the mirror lacks the Debian packaging of $pkg in $suite; using the upstream tarball $(basename "$orig") (checksum verified by apt) without Debian's patches"
+  mkdir "$tmp/orig"
+  tar -xf "$orig" -C "$tmp/orig" || die "cannot unpack $(basename "$orig")"
+  top=$(find "$tmp/orig" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | head -n1)
+  [ -n "$top" ] || die "$(basename "$orig") holds no directory"
+  mv "$tmp/orig/$top" "$tmp/$top" && rmdir "$tmp/orig"
+  from=$(basename "$orig")
+fi
 srcdir=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | head -n1)
-[ -n "$srcdir" ] || die "dpkg-source -x produced no directory"
+[ -n "$srcdir" ] || die "unpacking $from produced no directory"
 echo "$srcdir" >"$tmp/.debsrc-dir"
-basename "$dsc" >"$tmp/.debsrc-dsc"
+echo "$from" >"$tmp/.debsrc-dsc"
 chown -R 0:0 "$tmp" 2>/dev/null || true
 chmod 755 "$tmp"
 

@@ -394,7 +394,7 @@ Test(config, key_errors)
     load_err("[proxy]\nmultiplex = yes\n", 2, "multiplex = 'yes': expected on or off");
     load_err("[proxy]\nListen = x\n", 2, "unknown key 'Listen'");
     load_err("[ttl \"a:\"]\nowner = x\n", 2,
-             "unknown key 'owner' in [ttl \"a:\"] (expected one of: action, ttl, max_ttl, refresh)");
+             "unknown key 'owner' in [ttl \"a:\"] (expected one of: action, ttl, max_ttl, refresh, unknown)");
     load_err("[durable \"a:\"]\nttl = 5\n", 2,
              "unknown key 'ttl' in [durable \"a:\"] (expected one of: owner, reason, rebuild)");
     load_err("[default]\nowner = x\n", 2, "unknown key 'owner' in [default]");

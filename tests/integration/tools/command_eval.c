@@ -10,6 +10,9 @@
  *   key := <argi>:<effect>:<ttl unit>:<ttl argi>     e.g. 1:sets-ttl:sec:3
  *
  * rc is "-" when there is no row. Build: link with libttlguard_core.a.
+ *
+ *   command_eval [--server NAME:VERSION]    the table as that server has it
+ *                                           (default redis:7.0)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,11 +60,23 @@ static int split_hex(char *line, struct slice *argv)
     return argc;
 }
 
-int main(void)
+int main(int ac, char **av)
 {
     static char line[1 << 20];
     struct slice argv[MAX_ARGS];
     struct key_ref keys[MAX_ARGS];
+    struct server_id id = server_id_default;
+
+    if (ac == 3 && strcmp(av[1], "--server") == 0) {
+        if (server_id_parse(av[2], &id) != 0) {
+            fprintf(stderr, "command_eval: bad --server %s\n", av[2]);
+            return 2;
+        }
+    } else if (ac != 1) {
+        fprintf(stderr, "usage: command_eval [--server NAME:VERSION]\n");
+        return 2;
+    }
+    struct command_set *set = command_set_new(&id);
 
     while (fgets(line, sizeof line, stdin) != NULL) {
         int argc = split_hex(line, argv);
@@ -70,13 +85,13 @@ int main(void)
             fprintf(stderr, "command_eval: bad input line\n");
             return 2;
         }
-        const struct command *c = command_lookup(argv[0].p, argv[0].len);
-        printf("known=%d row=%d", command_is_known(argv[0].p, argv[0].len), c != NULL);
-        if (c == NULL) {
+        const struct cmd_info *ci = command_resolve(set, argv[0].p, argv[0].len);
+        printf("known=%d row=%d", ci != NULL, ci != NULL && ci->row != NULL);
+        if (ci == NULL || ci->row == NULL) {
             printf(" rc=-\n");
             continue;
         }
-        int n = command_keys(c, argc, argv, keys);
+        int n = command_keys(ci, argc, argv, keys);
         printf(" rc=%d", n);
         for (int i = 0; i < n; i++) {
             printf(" %d:%s:%s:%d", keys[i].argi, ttl_effect_name(keys[i].effect),
@@ -85,5 +100,6 @@ int main(void)
         printf("\n");
         fflush(stdout);
     }
+    command_set_free(set);
     return 0;
 }

@@ -1,0 +1,303 @@
+/*
+ * identify: the backend's identity and commands from its replies (see identify.h).
+ */
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "identify.h"
+#include "util.h"
+
+/* One whole reply parsed; NULL when it is not one. */
+static redisReply *parse(const char *p, size_t len)
+{
+    redisReader *r = redisReaderCreate();
+    void *reply = NULL;
+
+    if (r == NULL)
+        return NULL;
+    if (redisReaderFeed(r, p, len) != REDIS_OK || redisReaderGetReply(r, &reply) != REDIS_OK)
+        reply = NULL;
+    redisReaderFree(r);
+    return reply;
+}
+
+/* "1.2.3" at p (up to a CR/LF): the version code; -1 when it is not one. */
+static long version_at(const char *p, const char *end)
+{
+    unsigned v[3] = { 0, 0, 0 };
+    int n = 0;
+
+    while (n < 3 && p < end && *p >= '0' && *p <= '9') {
+        unsigned x = 0;
+        while (p < end && *p >= '0' && *p <= '9' && x < 1000)
+            x = x * 10 + (unsigned)(*p++ - '0');
+        v[n++] = x > 99 ? 99 : x;
+        if (p < end && *p == '.')
+            p++;
+        else
+            break;
+    }
+    return n == 0 ? -1 : (long)SRV_VERSION(v[0], v[1], v[2]);
+}
+
+static const char *field(const char *text, size_t len, const char *name)
+{
+    size_t nl = strlen(name);
+    const char *end = text + len;
+
+    for (const char *p = text; p + nl < end; p++) {
+        if ((p == text || p[-1] == '\n') && memcmp(p, name, nl) == 0)
+            return p + nl;
+    }
+    return NULL;
+}
+
+int identify_info(const char *reply, size_t len, struct server_id *out)
+{
+    redisReply *r = parse(reply, len);
+    int rc = -1;
+
+    if (r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)) {
+        const char *end = r->str + r->len;
+        /* Valkey reports redis_version 7.2.4 for clients that check it. */
+        const char *v = field(r->str, r->len, "valkey_version:");
+        long code;
+
+        out->kind = SRV_VALKEY;
+        if (v == NULL) {
+            v = field(r->str, r->len, "redis_version:");
+            out->kind = SRV_REDIS;
+        }
+        if (v != NULL && (code = version_at(v, end)) >= 0) {
+            out->version = (unsigned)code;
+            rc = 0;
+        }
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+static void buf_add(struct buf *b, const char *p, size_t n)
+{
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2;
+        b->p = xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+static void buf_bulk(struct buf *b, const char *p, size_t n)
+{
+    char hdr[32];
+    int h = snprintf(hdr, sizeof hdr, "$%zu\r\n", n);
+
+    buf_add(b, hdr, (size_t)h);
+    buf_add(b, p, n);
+    buf_add(b, "\r\n", 2);
+}
+
+/* COMMAND INFO name... for names[from..to). */
+static void info_request(struct buf *b, redisReply **names, size_t from, size_t to)
+{
+    char hdr[32];
+    int h = snprintf(hdr, sizeof hdr, "*%zu\r\n", to - from + 2);
+
+    buf_add(b, hdr, (size_t)h);
+    buf_bulk(b, "COMMAND", 7);
+    buf_bulk(b, "INFO", 4);
+    for (size_t i = from; i < to; i++)
+        buf_bulk(b, names[i]->str, names[i]->len);
+}
+
+int identify_unknown(const char *reply, size_t len, const struct command_set *set,
+                     int max_requests, char **reqs, size_t *reqs_len)
+{
+    redisReply *r = parse(reply, len);
+    struct buf b = { *reqs, *reqs_len, *reqs_len };
+    int nreq = 0;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return -1;
+    }
+    redisReply **unknown = xmalloc(sizeof *unknown * (r->elements + 1));
+    size_t n = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_STRING && command_resolve(set, e->str, e->len) == NULL)
+            unknown[n++] = e;
+    }
+    size_t batch = 16;
+    if (max_requests < 1)
+        max_requests = 1;
+    if ((n + batch - 1) / batch > (size_t)max_requests)
+        batch = (n + (size_t)max_requests - 1) / (size_t)max_requests;
+    for (size_t i = 0; i < n; i += batch) {
+        info_request(&b, unknown, i, i + batch < n ? i + batch : n);
+        nreq++;
+    }
+    free(unknown);
+    freeReplyObject(r);
+    *reqs = b.p;
+    *reqs_len = b.len;
+    return nreq;
+}
+
+/* ------------------------------------------------------------------------ */
+/* COMMAND INFO entries                                                      */
+
+static int str_is(const redisReply *r, const char *s)
+{
+    return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
+           r->len == strlen(s) && strncasecmp(r->str, s, r->len) == 0;
+}
+
+/* The value after key `name` in a flat key/value array; NULL when absent. */
+static const redisReply *member(const redisReply *map, const char *name)
+{
+    if (map == NULL || map->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < map->elements; i += 2) {
+        if (str_is(map->element[i], name))
+            return map->element[i + 1];
+    }
+    return NULL;
+}
+
+static int int_member(const redisReply *map, const char *name, int dflt)
+{
+    const redisReply *v = member(map, name);
+
+    return v != NULL && v->type == REDIS_REPLY_INTEGER ? (int)v->integer : dflt;
+}
+
+static unsigned spec_flags(const redisReply *flags)
+{
+    static const struct { const char *name; unsigned flag; } names[] = {
+        { "RO", DK_RO }, { "RW", DK_RW }, { "OW", DK_OW }, { "RM", DK_RM },
+        { "insert", DK_INSERT }, { "update", DK_UPDATE }, { "delete", DK_DELETE },
+        { "incomplete", DK_INCOMPLETE }, { "not_key", DK_NOT_KEY },
+        { "variable_flags", DK_VARIABLE },
+    };
+    unsigned f = 0;
+
+    if (flags == NULL || flags->type != REDIS_REPLY_ARRAY)
+        return 0;
+    for (size_t i = 0; i < flags->elements; i++) {
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+            if (str_is(flags->element[i], names[k].name))
+                f |= names[k].flag;
+        }
+    }
+    return f;
+}
+
+static void derive_spec(const redisReply *ks, struct derived_spec *d, char *keyword,
+                        size_t kwlen)
+{
+    const redisReply *bs = member(ks, "begin_search"), *fk = member(ks, "find_keys");
+    const redisReply *bspec = member(bs, "spec"), *fspec = member(fk, "spec");
+    const redisReply *kw = member(bspec, "keyword");
+
+    memset(d, 0, sizeof *d);
+    d->flags = spec_flags(member(ks, "flags"));
+    d->begin = 2;
+    if (str_is(member(bs, "type"), "index")) {
+        d->begin = 0;
+        d->index = int_member(bspec, "index", 0);
+    } else if (str_is(member(bs, "type"), "keyword") && kw != NULL &&
+               kw->type == REDIS_REPLY_STRING && kw->len < kwlen) {
+        d->begin = 1;
+        memcpy(keyword, kw->str, kw->len);
+        keyword[kw->len] = '\0';
+        d->keyword = keyword;
+        d->index = int_member(bspec, "startfrom", 0);
+    }
+    d->find = 2;
+    if (str_is(member(fk, "type"), "range")) {
+        d->find = 0;
+        d->lastkey = int_member(fspec, "lastkey", 0);
+        d->keystep = int_member(fspec, "keystep", 0);
+        d->limit = int_member(fspec, "limit", 0);
+    } else if (str_is(member(fk, "type"), "keynum")) {
+        d->find = 1;
+        d->keynumidx = int_member(fspec, "keynumidx", 0);
+        d->firstkey = int_member(fspec, "firstkey", 0);
+        d->keystep = int_member(fspec, "keystep", 0);
+    }
+}
+
+static int has_flag(const redisReply *flags, const char *name)
+{
+    if (flags == NULL || flags->type != REDIS_REPLY_ARRAY)
+        return 0;
+    for (size_t i = 0; i < flags->elements; i++) {
+        if (str_is(flags->element[i], name))
+            return 1;
+    }
+    return 0;
+}
+
+/* One entry: name arity flags first last step acl tips key_specs subcommands. */
+static int derive_entry(const redisReply *e, struct command_set *set)
+{
+    struct derived_spec specs[8];
+    char keywords[8][64];
+    char name[128];
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 10 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[0]->len >= sizeof name ||
+        e->element[1]->type != REDIS_REPLY_INTEGER)
+        return 0;
+    const redisReply *flags = e->element[2], *ks = e->element[8], *subs = e->element[9];
+    memcpy(name, e->element[0]->str, e->element[0]->len);
+    name[e->element[0]->len] = '\0';
+
+    struct derived_cmd d = {
+        .name = name,
+        .arity = (int)e->element[1]->integer,
+        .write = has_flag(flags, "write"),
+        .blocking = has_flag(flags, "blocking"),
+        .noscript = has_flag(flags, "noscript"),
+        .specs = specs,
+    };
+    if (ks->type == REDIS_REPLY_ARRAY) {
+        d.nspecs = (int)ks->elements;
+        for (size_t i = 0; i < ks->elements && i < 8; i++)
+            derive_spec(ks->element[i], &specs[i], keywords[i], sizeof keywords[i]);
+        if (d.nspecs > 8)
+            d.nspecs = 8;           /* still more than a row holds (MAX_SPECS): unjudged */
+    }
+    if (command_set_derive(set, &d) != 0)
+        return 0;
+    int n = 1;
+    if (subs->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < subs->elements; i++)
+            n += derive_entry(subs->element[i], set);
+    }
+    return n;
+}
+
+int identify_derive(const char *reply, size_t len, struct command_set *set)
+{
+    redisReply *r = parse(reply, len);
+    int n = 0;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return -1;
+    }
+    for (size_t i = 0; i < r->elements; i++)
+        n += derive_entry(r->element[i], set);
+    freeReplyObject(r);
+    return n;
+}

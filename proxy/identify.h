@@ -1,0 +1,33 @@
+/*
+ * identify: who the backend is and which commands it has, from its own
+ * replies on the control connection (control.c sends the requests).
+ *
+ *   INFO server    -> redis_version / valkey_version -> server_id
+ *   COMMAND LIST   -> the names the table lacks (modules, a newer server)
+ *   COMMAND INFO n -> their key specs -> rows derived into the command set
+ *
+ * The replies are whole RESP2 replies in a buffer; parsed with hiredis's reader.
+ */
+#ifndef TTLG_IDENTIFY_H
+#define TTLG_IDENTIFY_H
+
+#include <stddef.h>
+
+#include "commands.h"
+
+/* The server's kind and version from an INFO reply (a bulk string of
+ * "field:value" lines). 0, or -1 when neither version field is there. */
+int identify_info(const char *reply, size_t len, struct server_id *out);
+
+/* The names of a COMMAND LIST reply that set does not know, as at most
+ * max_requests COMMAND INFO requests (16 names each, more when needed),
+ * appended to *reqs (a buffer of RESP, *reqs_len bytes, malloc'ed). Returns
+ * the number of requests, or -1 when the reply is not a list of names. */
+int identify_unknown(const char *reply, size_t len, const struct command_set *set,
+                     int max_requests, char **reqs, size_t *reqs_len);
+
+/* Rows derived from a COMMAND INFO reply's entries (and their subcommands).
+ * Returns the rows added, or -1 when the reply is not a COMMAND INFO reply. */
+int identify_derive(const char *reply, size_t len, struct command_set *set);
+
+#endif
