@@ -128,7 +128,7 @@ static unsigned features(const struct server_id *id)
         if (id->version >= SRV_VERSION(8, 1, 0))
             f |= FT_SET_IFEQ;
         if (id->version >= SRV_VERSION(9, 0, 0))
-            f |= FT_HSETEX_KEYCOND;
+            f |= FT_HSETEX_KEYCOND | FT_INLINE_JOIN;
         if (id->version > VALKEY_VERIFIED)
             f |= FT_NEWER;
     } else if (id->version > REDIS_VERIFIED) {
@@ -265,6 +265,11 @@ const struct server_id *command_set_server(const struct command_set *set)
     return &set->id;
 }
 
+unsigned command_set_features(const struct command_set *set)
+{
+    return set->feat;
+}
+
 void command_set_counts(const struct command_set *set, int *table, int *derived, int *unjudged)
 {
     *table = set->table_rows;
@@ -315,7 +320,10 @@ static enum ttl_effect derived_effect(unsigned f, int write)
     return TE_CREATE;
 }
 
-/* One key spec; 0, or -1 when the spec cannot be followed. */
+static int follow_spec(struct command_set *set, const struct derived_spec *d, struct key_spec *ks);
+
+/* One key spec; 0, or -1 when the spec cannot be followed (it is then left
+ * finding no key) or may not find every key (INCOMPLETE: it finds what it can). */
 static int derive_spec(struct command_set *set, const struct derived_spec *d, int write,
                        struct key_spec *ks)
 {
@@ -323,8 +331,16 @@ static int derive_spec(struct command_set *set, const struct derived_spec *d, in
     ks->role = "key";
     ks->effect = (unsigned char)derived_effect(d->flags, write);
     ks->may = (unsigned char)(1u << ks->effect);
-    if (d->flags & DK_INCOMPLETE)
+    if (follow_spec(set, d, ks) < 0) {
+        ks->begin = KS_OPTION;          /* no options parser: finds no key */
+        ks->keyword = "?";
         return -1;
+    }
+    return d->flags & DK_INCOMPLETE ? -1 : 0;
+}
+
+static int follow_spec(struct command_set *set, const struct derived_spec *d, struct key_spec *ks)
+{
     if (d->begin == 0 && d->index > 0) {
         ks->begin = KS_INDEX;
         ks->index = d->index;
@@ -398,13 +414,13 @@ int command_set_derive(struct command_set *set, const struct derived_cmd *d)
     c->flags = CMD_DERIVED | (d->write ? CMD_WRITE : 0) | (d->blocking ? CMD_BLOCKING : 0) |
                (d->noscript ? CMD_NOSCRIPT : 0);
     c->specs = specs;
-    if (d->nspecs > MAX_SPECS)
-        c->flags |= CMD_UNJUDGED;
+    int lost = d->nspecs > MAX_SPECS || (d->movablekeys && d->nspecs == 0);
     for (int i = 0; i < d->nspecs && i < MAX_SPECS; i++) {
-        if (derive_spec(set, &d->specs[i], d->write, &specs[i]) < 0 && d->write)
-            c->flags |= CMD_UNJUDGED;
+        lost |= derive_spec(set, &d->specs[i], d->write, &specs[i]) < 0;
         c->nspecs++;
     }
+    if (lost && d->write)
+        c->flags |= CMD_UNJUDGED | CMD_KEYS_UNKNOWN;
     set->nrows++;
     set->derived++;
     if (c->flags & CMD_UNJUDGED)

@@ -256,40 +256,69 @@ static int opt_hset(int argc, const struct slice *argv, unsigned feat, struct sp
     return argc % 2 == 0 ? 0 : -1;
 }
 
+/* The fields' expiry of HSETEX: an integer >= 0 (0 and past times delete the
+ * fields at once). Redis 8 caps the time at HFE_MAX_ABS_TIME_MSEC (2^46 - 1 ms
+ * from the epoch), Valkey only refuses an overflow. */
+static int field_expiry_ok(struct slice s, enum ttl_unit unit, int valkey)
+{
+    long long v, max = valkey ? LLONG_MAX : 0x3fffffffffffLL;
+
+    if (slice_to_ll(s, &v) < 0 || v < 0)
+        return 0;
+    if (unit == TTL_SEC || unit == TTL_UNIX_SEC) {
+        if (v > max / 1000)
+            return 0;
+        v *= 1000;
+    }
+    return unit == TTL_UNIX_SEC || unit == TTL_UNIX_MS ? v <= max
+                                                        : v <= max - (long long)now_ms_wall();
+}
+
 /* HSETEX key [NX|XX (Valkey)] [FNX|FXX] [EX s|PX ms|EXAT ts|PXAT ms-ts|KEEPTTL]
  * FIELDS numfields field value [...]: the expiry is the fields', not the
  * key's. The hash is created without a TTL unless XX or FXX (every field must
- * exist) rule that out. */
+ * exist) rule that out. Redis 8 refuses any option given twice; Valkey 9
+ * parses them as SET does (the same option again is fine, the last expiry
+ * wins and only it is checked; a conflicting one is not). */
 static int opt_hsetex(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
-    int keycond = 0, fieldcond = 0, expiry = 0;
+    static const char *const expiries[] = { "ex", "px", "exat", "pxat", "keepttl" };
+    int valkey = (feat & FT_HSETEX_KEYCOND) != 0;
+    int keycond = 0, fieldcond = 0, expiry = 0, ttl_argi = -1;
     long long n;
 
     for (int j = 2; j < argc; j++) {
         struct slice a = argv[j];
+        int k;
 
+        for (k = 0; k < 5 && !arg_is(a, expiries[k]); k++)
+            ;
         if (arg_is(a, "fields")) {
             if (j + 1 >= argc || slice_to_ll(argv[j + 1], &n) < 0 || n < 1 || n > INT_MAX ||
                 argc - j - 2 != 2 * n)
                 return -1;
+            if (ttl_argi >= 0 && !field_expiry_ok(argv[ttl_argi], (enum ttl_unit)(expiry - 1),
+                                                  valkey))
+                return -1;
             use[0].effect = keycond == 2 || fieldcond == 2 ? TE_NONE : TE_CREATE;
             return 0;
-        } else if ((feat & FT_HSETEX_KEYCOND) && (arg_is(a, "nx") || arg_is(a, "xx"))) {
+        } else if (valkey && (arg_is(a, "nx") || arg_is(a, "xx"))) {
             int c = arg_is(a, "nx") ? 1 : 2;
             if (keycond != 0 && keycond != c)
                 return -1;
             keycond = c;
         } else if (arg_is(a, "fnx") || arg_is(a, "fxx")) {
             int c = arg_is(a, "fnx") ? 1 : 2;
-            if (fieldcond != 0 && fieldcond != c)
+            if (fieldcond != 0 && (fieldcond != c || !valkey))
                 return -1;
             fieldcond = c;
-        } else if (arg_is(a, "keepttl") && !expiry) {
-            expiry = 1;
-        } else if ((arg_is(a, "ex") || arg_is(a, "px") || arg_is(a, "exat") || arg_is(a, "pxat")) &&
-                   !expiry && j + 1 < argc) {
-            expiry = 1;
-            j++;
+        } else if (k < 5 && (expiry == 0 || (valkey && expiry == k + 1))) {
+            expiry = k + 1;
+            if (k < 4) {
+                if (j + 1 >= argc)
+                    return -1;
+                ttl_argi = ++j;
+            }
         } else {
             return -1;
         }
@@ -679,6 +708,11 @@ static int opt_lmove(int argc, const struct slice *argv, unsigned feat, struct s
       .r_since = (r), .v_since = (v), KEYSPECS(__VA_ARGS__) }
 #define ROW_NOKEYS_SINCE(r, v, name_, arity_, flags_) \
     { .name = (name_), .arity = (arity_), .flags = (flags_), .r_since = (r), .v_since = (v) }
+/* Rows that changed: Redis from r to before ru, Valkey from v to before vu
+ * (0: no end). */
+#define ROW_SPAN(r, ru, v, vu, name_, arity_, flags_, opts, ...) \
+    { .name = (name_), .arity = (arity_), .flags = (flags_), .options = (opts), \
+      .r_since = (r), .r_until = (ru), .v_since = (v), .v_until = (vu), KEYSPECS(__VA_ARGS__) }
 #define CONTAINER_SINCE(r, v, name_, arity_, flags_, subs_) \
     { .name = (name_), .arity = (arity_), .flags = (flags_), .subs = (subs_), \
       .nsubs = (int)(sizeof(subs_) / sizeof((subs_)[0])), .r_since = (r), .v_since = (v) }
@@ -751,16 +785,33 @@ const struct command command_table[] = {
     ROW("bitfield", -2, W, opt_bitfield, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("bitop", -4, W, opt_bitop,
         KEY("destination", AT(2), OVERWRITE), KEY("source", RANGE(3, -1, 1), NONE)),
-    ROW("blmove", 6, W | BLK | NS, opt_lmove,
-        KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    /* noscript in Redis 7.0 only */
+    ROW_SPAN(0, R72, NEVER, 0, "blmove", 6, W | BLK | NS, opt_lmove,
+             KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW_SPAN(R72, 0, 0, 0, "blmove", 6, W | BLK, opt_lmove,
+             KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     ROW("blmpop", -5, W | BLK, NULL, KEY("key", NUMKEYS(2, 1), NONE)),
-    ROW("blpop", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW("brpop", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW("brpoplpush", 4, W | BLK | NS, NULL,
-        KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW_SPAN(0, R72, NEVER, 0, "blpop", -3, W | BLK | NS, NULL,
+             KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW_SPAN(R72, 0, 0, 0, "blpop", -3, W | BLK, NULL,
+             KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW_SPAN(0, R72, NEVER, 0, "brpop", -3, W | BLK | NS, NULL,
+             KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW_SPAN(R72, 0, 0, 0, "brpop", -3, W | BLK, NULL,
+             KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW_SPAN(0, R72, NEVER, 0, "brpoplpush", 4, W | BLK | NS, NULL,
+             KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW_SPAN(R72, 0, 0, 0, "brpoplpush", 4, W | BLK, NULL,
+             KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     ROW("bzmpop", -5, W | BLK, NULL, KEY("key", NUMKEYS(2, 1), NONE)),
-    ROW("bzpopmax", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW("bzpopmin", -3, W | BLK | NS, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW_SPAN(0, R72, NEVER, 0, "bzpopmax", -3, W | BLK | NS, NULL,
+             KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW_SPAN(R72, 0, 0, 0, "bzpopmax", -3, W | BLK, NULL,
+             KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW_SPAN(0, R72, NEVER, 0, "bzpopmin", -3, W | BLK | NS, NULL,
+             KEY("key", RANGE(1, -2, 1), NONE)),
+    ROW_SPAN(R72, 0, 0, 0, "bzpopmin", -3, W | BLK, NULL,
+             KEY("key", RANGE(1, -2, 1), NONE)),
     /* The destination gets the source's TTL, or none: without REPLACE an
      * existing destination is left alone. */
     CONTAINER_SINCE(NEVER, V90, "cluster", -2, W | CMD_PARTIAL, cluster_subs),
@@ -992,8 +1043,9 @@ const int known_names_n = (int)(sizeof(known_names) / sizeof(known_names[0]));
 int row_available(const struct command *c, const struct server_id *id)
 {
     unsigned since = id->kind == SRV_VALKEY ? c->v_since : c->r_since;
+    unsigned until = id->kind == SRV_VALKEY ? c->v_until : c->r_until;
 
-    return since != SRV_NEVER && id->version >= since;
+    return since != SRV_NEVER && id->version >= since && (until == 0 || id->version < until);
 }
 
 const char *command_name(const struct command *c)
@@ -1250,6 +1302,8 @@ int command_key_args(const struct cmd_info *ci, int argc, const struct slice *ar
         return 0;
     if (c->subs != NULL && ((c = sub_lookup(c, argv[1])) == NULL || !command_arity_ok(c, argc)))
         return 0;
+    if (c->flags & CMD_KEYS_UNKNOWN)
+        return -1;
     for (int i = 0; i < c->nspecs; i++) {
         struct spec_use u = { .effect = TE_CREATE, .ttl_argi = -1, .argi = -1 };
         int m;

@@ -52,6 +52,8 @@ enum ttl_unit {
                                        (key specs "unknown", INCOMPLETE, too many) */
 #define CMD_PARTIAL     (1u << 8)   /* a container whose rows list only its writes: other
                                        subcommands are reads */
+#define CMD_KEYS_UNKNOWN (1u << 9)  /* a derived row that may not find all its keys: the
+                                       rules of any key may apply */
 
 /* The server behind the proxy. */
 enum server_kind { SRV_REDIS, SRV_VALKEY };
@@ -72,7 +74,8 @@ extern const struct server_id server_id_default;
 
 /* What a server's parsers must accept beyond Redis 7.0 (struct cmd_info.feat). */
 #define FT_SET_IFEQ         (1u << 0)   /* SET ... IFEQ value (Valkey 8.1) */
-#define FT_HSETEX_KEYCOND   (1u << 1)   /* HSETEX key NX|XX ... (Valkey 9.0) */
+#define FT_HSETEX_KEYCOND   (1u << 1)   /* HSETEX key NX|XX ... and Valkey's parsing of it (9.0) */
+#define FT_INLINE_JOIN      (1u << 3)   /* inline commands: 'it''s' is one argument (Valkey 9.0) */
 #define FT_NEWER            (1u << 2)   /* a version newer than the newest verified one of
                                            its kind: arguments the parsers refuse may be
                                            options they do not know, so cannot be judged */
@@ -120,6 +123,7 @@ struct command_set;
 struct command_set *command_set_new(const struct server_id *id);
 void command_set_free(struct command_set *set);
 const struct server_id *command_set_server(const struct command_set *set);
+unsigned command_set_features(const struct command_set *set);     /* FT_* */
 
 /* One command as the server describes it in COMMAND INFO, for a row derived
  * from its key specs (command_set_derive()). */
@@ -146,7 +150,7 @@ struct derived_spec {
 struct derived_cmd {
     const char *name;           /* lowercase or not; "parent|sub" for a subcommand */
     int arity;
-    int write, blocking, noscript;          /* the server's command flags */
+    int write, blocking, noscript, movablekeys;     /* the server's command flags */
     int nspecs;
     const struct derived_spec *specs;
 };
@@ -188,7 +192,8 @@ int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
 
 /* Every key argv names, whatever the command does to it, as far as its key
  * specs find them (options parsers not run): for rules about commands that
- * cannot be judged. Returns the count (0 when none can be found). */
+ * cannot be judged. Returns the count (0 when none can be found), or -1 when
+ * the keys cannot be known (unknown names, CMD_KEYS_UNKNOWN rows). */
 int command_key_args(const struct cmd_info *ci, int argc, const struct slice *argv,
                      struct key_ref *out);
 

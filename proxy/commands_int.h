@@ -67,9 +67,10 @@ struct command {
     int nsubs;
     unsigned r_since, v_since;      /* the first Redis / Valkey version with this row
                                        (SRV_VERSION; 0: every version; SRV_NEVER: none) */
+    unsigned r_until, v_until;      /* the first version without it; 0: none */
 };
 
-#define MAX_SPECS 4                 /* the most key specs of any row, derived ones included */
+#define MAX_SPECS 8                 /* the most key specs of any row, derived ones included */
 #define NAME_MAX_LEN 64             /* longer than any command name */
 
 /* A name the server knows, and since when. */

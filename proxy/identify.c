@@ -133,7 +133,9 @@ int identify_unknown(const char *reply, size_t len, const struct command_set *se
     size_t n = 0;
     for (size_t i = 0; i < r->elements; i++) {
         redisReply *e = r->element[i];
-        if (e->type == REDIS_REPLY_STRING && command_resolve(set, e->str, e->len) == NULL)
+        /* Subcommands come with their container's COMMAND INFO. */
+        if (e->type == REDIS_REPLY_STRING && memchr(e->str, '|', e->len) == NULL &&
+            command_resolve(set, e->str, e->len) == NULL)
             unknown[n++] = e;
     }
     size_t batch = 16;
@@ -268,6 +270,7 @@ static int derive_entry(const redisReply *e, struct command_set *set)
         .write = has_flag(flags, "write"),
         .blocking = has_flag(flags, "blocking"),
         .noscript = has_flag(flags, "noscript"),
+        .movablekeys = has_flag(flags, "movablekeys"),
         .specs = specs,
     };
     if (ks->type == REDIS_REPLY_ARRAY) {
@@ -275,7 +278,7 @@ static int derive_entry(const redisReply *e, struct command_set *set)
         for (size_t i = 0; i < ks->elements && i < 8; i++)
             derive_spec(ks->element[i], &specs[i], keywords[i], sizeof keywords[i]);
         if (d.nspecs > 8)
-            d.nspecs = 8;           /* still more than a row holds (MAX_SPECS): unjudged */
+            d.nspecs = 9;           /* more than a row holds (MAX_SPECS): unjudged */
     }
     if (command_set_derive(set, &d) != 0)
         return 0;

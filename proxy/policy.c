@@ -142,7 +142,8 @@ static void sb_args(struct sbuf *b, int argc, const struct slice *argv)
 
 int policy_inactive(const struct config *cfg)
 {
-    return cfg->rules.n == 0 && cfg->rules.dflt.action == ACTION_ALLOW;
+    return cfg->rules.n == 0 && cfg->rules.dflt.action == ACTION_ALLOW &&
+           cfg->rules.dflt.unknown != UNKNOWN_REJECT;
 }
 
 static void ensure_cap(int argc)
@@ -280,9 +281,8 @@ static void build_unjudged_reject(struct sbuf *b, struct slice cmd, const struct
         c = (char)((c >= 'a' && c <= 'z') ? c - 32 : (c < 0x20 || c > 0x7e) ? '?' : c);
         sb_add(b, &c, 1);
     }
-    sb_printf(b, " cannot be judged by the proxy (%s) and rule %s has unknown = reject: "
-                 "send it straight to the server, or set unknown = log in that rule\r\n",
-              why, r->label);
+    sb_printf(b, ": %s, and rule %s has unknown = reject: send it straight to the server, "
+                 "or set unknown = log in that rule\r\n", why, r->label);
 }
 
 /* The request's bytes after its "*N\r\n" line, for reuse in a rewrite. */
@@ -359,14 +359,21 @@ static enum verdict check_script(const struct config *cfg, const struct request 
 
 /* A command the proxy cannot judge: the rule option `unknown` of the rules
  * its keys fall under decides (the strictest of them); the default rule's
- * when none of its keys can be found. */
+ * when it names no key; the strictest of every rule when its keys cannot be
+ * known (a name the server did not list, a derived row whose key specs may
+ * miss keys). */
 static enum verdict unjudged(const struct config *cfg, const struct request *req,
                              const struct policy_ctx *ctx, const char *why, struct rewrite *rw)
 {
     const struct rule *decides = &cfg->rules.dflt;
-    int nk = ctx->cmd != NULL ? command_key_args(ctx->cmd, req->argc, req->argv, keys) : 0;
+    int nk = ctx->cmd != NULL ? command_key_args(ctx->cmd, req->argc, req->argv, keys) : -1;
     int found_rule = 0;
 
+    for (size_t i = 0; nk < 0 && i < cfg->rules.n; i++) {
+        const struct rule *r = &cfg->rules.v[i];
+        if (r->kind != RULE_DURABLE && unknown_rank(r->unknown) > unknown_rank(decides->unknown))
+            decides = r;
+    }
     for (int i = 0; i < nk; i++) {
         struct slice key = req->argv[keys[i].argi];
         const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
@@ -582,6 +589,11 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     for (int i = 0; i < np; i++)
         if (found[i].effect == EFF_DROPS_TTL)
             create_only = 0;
+    /* A derived command's reply is of a type the table does not know: only
+     * the MULTI form returns it unchanged in both protocols. A key it may
+     * overwrite then gets the rule's TTL rather than its own expiry back. */
+    if (flags & CMD_DERIVED)
+        create_only = 1;
     struct sbuf *b = &rw->pre;
 
     if (np > 0 && create_only && !blocks && ctx->can_multi) {
@@ -609,7 +621,8 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
         return V_REWRITE;
     }
 
-    int can_wrap = np > 0 && !(flags & CMD_NOSCRIPT) && !blocks && argc < MAX_WRAP_ARGS;
+    int can_wrap = np > 0 && !(flags & (CMD_NOSCRIPT | CMD_DERIVED)) && !blocks &&
+                   argc < MAX_WRAP_ARGS;
     if (can_wrap) {
         sb_printf(b, "*%d\r\n", 3 + 3 * np + 1 + argc);
         sb_bulk_str(b, "EVAL");

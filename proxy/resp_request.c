@@ -44,6 +44,7 @@ struct req_framer {
 
     const char *cb_err;     /* protocol error detected in a callback (static string) */
     int unauth;             /* apply redis's limits for unauthenticated clients */
+    int inline_join;        /* Valkey 9's inline splitting (req_framer_set_inline_join()) */
     char err[160];
 };
 
@@ -140,6 +141,11 @@ void req_framer_free(struct req_framer *f)
 void req_framer_set_unauthenticated(struct req_framer *f, int on)
 {
     f->unauth = on;
+}
+
+void req_framer_set_inline_join(struct req_framer *f, int on)
+{
+    f->inline_join = on;
 }
 
 void req_framer_rewind(struct req_framer *f)
@@ -273,10 +279,14 @@ static int split_inline(struct req_framer *f, const char *p, const char *end)
                     }
                     *out++ = c;
                 } else if (*p == '"') {
-                    /* closing quote must be followed by a space or nothing */
-                    if (p + 1 < end && !isspace((unsigned char)p[1]))
+                    /* Redis: the closing quote must be followed by a space or
+                     * nothing; Valkey 9: the argument goes on */
+                    if (f->inline_join)
+                        inq = 0;
+                    else if (p + 1 < end && !isspace((unsigned char)p[1]))
                         return -1;
-                    done = 1;
+                    else
+                        done = 1;
                 } else {
                     *out++ = *p;
                 }
@@ -287,9 +297,12 @@ static int split_inline(struct req_framer *f, const char *p, const char *end)
                     p++;
                     *out++ = '\'';
                 } else if (*p == '\'') {
-                    if (p + 1 < end && !isspace((unsigned char)p[1]))
+                    if (f->inline_join)
+                        insq = 0;
+                    else if (p + 1 < end && !isspace((unsigned char)p[1]))
                         return -1;
-                    done = 1;
+                    else
+                        done = 1;
                 } else {
                     *out++ = *p;
                 }

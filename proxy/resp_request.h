@@ -59,6 +59,11 @@ void req_framer_moved(struct req_framer *f, size_t from, size_t to);
 #define REQ_MAX_UNAUTH_BULK      16384
 void req_framer_set_unauthenticated(struct req_framer *f, int on);
 
+/* Inline commands split as Valkey 9 does: a closing quote ends the quoted
+ * part, not the argument ('it''s' is its); otherwise as Redis, where a
+ * closing quote must be followed by a space. */
+void req_framer_set_inline_join(struct req_framer *f, int on);
+
 /* Forget what was framed after the last complete request: the next call
  * starts afresh at the offset it is given (the caller rewound its buffer). */
 void req_framer_rewind(struct req_framer *f);

@@ -1134,6 +1134,7 @@ static void process_input(struct session *s, const char *data, size_t len, int i
     if (s->framer == NULL)
         s->framer = req_framer_new();
     req_framer_set_unauthenticated(s->framer, s->unauth);
+    req_framer_set_inline_join(s->framer, command_set_features(s->srv->commands) & FT_INLINE_JOIN);
 
     size_t pos = 0;
     struct request req;

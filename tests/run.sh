@@ -3,8 +3,11 @@
 # builds, runs the criterion unit tests and the integration suite against real
 # redis-server processes (the harness starts them on free loopback ports), then
 # Redis's own test suite through ttlguard in both connection modes
-# (tests/redis-suite/run.sh), then the unit and integration tests again with an
-# ASan+UBSan build.
+# (tests/redis-suite/run.sh), then the integration suite once more per other
+# server ttlguard supports -- Redis 8.0, Valkey 8.1 and Valkey 9.1, built and
+# cached by tests/servers.sh (release build, shared connections, about 2.5
+# minutes each; a server that cannot be fetched or built fails the run), then
+# the unit and integration tests again with an ASan+UBSan build.
 #
 #   tests/run.sh               everything
 #   tests/run.sh --no-asan     skip the sanitizer pass
@@ -76,8 +79,35 @@ run_one_to_one() {
     fi
 }
 
+# The integration tests against another server: the harness starts
+# TTLG_REDIS_SERVER instead of redis-server.
+run_server() {
+    local name=$1 dir=$2 server=$3 version=$4 path=$5
+    echo "== [$name] integration tests against $server $version ($path)"
+    if ! TTLG_REDIS_SERVER="$path" TTLG_BIN="$PWD/$dir/ttlguard" \
+            /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"; then
+        failed=1; summary+=("$name integration ($server $version): FAILED")
+    else
+        summary+=("$name integration ($server $version): ok")
+    fi
+}
+
 run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_one_to_one release build
+# servers.sh prints "NAME VERSION PATH" per server it has; a server it cannot
+# fetch or build makes it exit 1, and the run fails (the others still run).
+echo "== [servers] tests/servers.sh redis-8.0 valkey-8.1 valkey-9.1"
+servers_rc=0
+servers=$(bash tests/servers.sh redis-8.0 valkey-8.1 valkey-9.1) || servers_rc=$?
+mapfile -t server_lines < <(grep . <<<"$servers" || true)
+for line in "${server_lines[@]}"; do
+    read -r server version path <<<"$line"
+    run_server release build "$server" "$version" "$path"
+done
+if [ "$servers_rc" -ne 0 ] || [ "${#server_lines[@]}" -ne 3 ]; then
+    echo "== [servers] tests/servers.sh failed (exit $servers_rc): not every server could be fetched or built" >&2
+    failed=1; summary+=("servers (tests/servers.sh): FAILED (exit $servers_rc), ${#server_lines[@]} of 3 servers tested")
+fi
 if [ "$suite" -eq 1 ]; then
     for mode in ttlguard mux; do
         echo "== [redis suite] Redis's own tests through ttlguard, mode $mode"

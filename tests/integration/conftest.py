@@ -13,6 +13,12 @@ Fixtures for the integration suite.
 When the ttlguard binary does not exist, proxy tests are skipped with a reason
 (so the suite can be written against Redis first); when TTLG_BIN names it
 explicitly, a missing binary fails them instead.
+
+The server every fixture starts is harness.SERVER_BIN: redis-server from PATH
+(Debian 12's Redis 7.0), or the binary TTLG_REDIS_SERVER names (another
+redis-server or a valkey-server; tests/servers.sh prints the ones ttlguard is
+tested against). Where a reply differs by server, a test asks
+harness.server_identity(port) -> ("redis" | "valkey", version tuple).
 """
 
 import os

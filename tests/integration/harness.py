@@ -16,9 +16,16 @@ Environment:
                  whole suite with small buffers); a test's own keys win.
   TTLG_SLOW      multiplier for every timeout (default 1; 3 for an ASan build,
                  5 under valgrind).
+  TTLG_REDIS_SERVER  the server binary RedisServer starts (default
+                 "redis-server" from PATH, Debian 12's Redis 7.0): a path to
+                 another redis-server or a valkey-server (tests/servers.sh
+                 builds and prints the ones ttlguard is tested against). Both
+                 take the same command line. Tests that depend on which server
+                 it is ask server_identity().
 """
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,7 +37,8 @@ TTLG_BIN = os.environ.get("TTLG_BIN", DEFAULT_BIN)
 TTLG_BIN_EXPLICIT = "TTLG_BIN" in os.environ
 VALGRIND = bool(os.environ.get("TTLG_VALGRIND"))
 
-REDIS_SERVER = "redis-server"
+SERVER_BIN = os.environ.get("TTLG_REDIS_SERVER") or "redis-server"
+REDIS_SERVER = SERVER_BIN   # the older name
 
 
 def binary_is_sanitized(path):
@@ -403,8 +411,9 @@ def _ping_ok(port, expect=b"+PONG"):
 
 
 class RedisServer:
-    """A redis-server on a free loopback port, killed by PID at teardown.
-    restart() brings it back on the same port (for backend-restart tests)."""
+    """A redis-server (or valkey-server: SERVER_BIN, from TTLG_REDIS_SERVER)
+    on a free loopback port, killed by PID at teardown. restart() brings it
+    back on the same port (for backend-restart tests)."""
 
     def __init__(self, tmpdir, extra_args=(), port=None, name="redis"):
         self.port = port or free_port()
@@ -419,7 +428,7 @@ class RedisServer:
         return self.proc.pid
 
     def start(self, timeout=10.0):
-        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+        args = [SERVER_BIN, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
                 "--daemonize", "no", "--logfile", self.logfile,
                 "--enable-debug-command", "yes"] + self.extra_args
@@ -430,12 +439,14 @@ class RedisServer:
         # A server with requirepass answers PING with -NOAUTH: that is "up" too.
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("redis-server exited %s:\n%s" % (self.proc.returncode, self.log()))
+                raise RuntimeError("%s exited %s:\n%s" % (SERVER_BIN, self.proc.returncode,
+                                                          self.log()))
             if _ping_ok(self.port, expect=None):
                 return self
             time.sleep(0.02)
         self.stop()
-        raise RuntimeError("redis-server on %d not up in %ss\n%s" % (self.port, timeout, self.log()))
+        raise RuntimeError("%s on %d not up in %ss\n%s" % (SERVER_BIN, self.port, timeout,
+                                                                 self.log()))
 
     def stop(self):
         """Kill at once (SIGKILL): a crash as far as its clients can tell."""
@@ -549,6 +560,50 @@ def wait_for(pred, timeout, what, interval=0.02):
             return v
         time.sleep(interval)
     raise AssertionError("timed out after %ss waiting for %s" % (slow(timeout), what))
+
+
+_identity_cache = {}
+
+
+def server_identity(port, password=None):
+    """(name, version) of the server on port, from INFO server on a direct
+    connection (AUTH password first, for a server with requirepass):
+    ("redis", (7, 0, 15)) or ("valkey", (9, 1, 2)). Valkey reports
+    redis_version:7.2.4 for compatibility; its own version is valkey_version
+    (and server_name:valkey). Cached per port and binary."""
+    key = (port, SERVER_BIN)
+    if key not in _identity_cache:
+        with Conn(port) as c:
+            if password is not None:
+                r = c.cmd("AUTH", password)
+                if r != b"OK":
+                    raise RuntimeError("AUTH on %d: %r" % (port, r))
+            text = c.cmd("INFO", "server")
+        if isinstance(text, RespError):
+            raise RuntimeError("INFO server on %d: %r" % (port, text))
+        fields = dict(line.split(":", 1) for line in text.decode().splitlines()
+                      if ":" in line)
+        if fields.get("server_name") == "valkey" or "valkey_version" in fields:
+            name, version = "valkey", fields["valkey_version"]
+        else:
+            name, version = "redis", fields["redis_version"]
+        _identity_cache[key] = (name, tuple(int(x) for x in version.split(".")))
+    return _identity_cache[key]
+
+
+def server_bin_identity():
+    """(name, version) of SERVER_BIN from its --version line ("Redis server
+    v=8.0.6 ...", "Valkey server v=9.1.2 ..."), without starting it: for test
+    collection, which must know the server before any test runs."""
+    if SERVER_BIN not in _identity_cache:
+        out = subprocess.run([SERVER_BIN, "--version"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+        m = re.search(r"^(\w+) server v=(\d+)\.(\d+)\.(\d+)", out)
+        if m is None:
+            raise RuntimeError("%s --version: %r" % (SERVER_BIN, out))
+        _identity_cache[SERVER_BIN] = (m.group(1).lower(),
+                                       tuple(int(m.group(i)) for i in (2, 3, 4)))
+    return _identity_cache[SERVER_BIN]
 
 
 def client_list(port):

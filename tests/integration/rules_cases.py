@@ -29,6 +29,12 @@ prefix of the rule being tested ("rw:k", "rj:s", ...):
           experiment that checks the effect labels skips it there
   script  EVAL / EVALSHA / FCALL: the keys are declared, the writes happen
           out of the proxy's sight; rewrite mode only promises a TTL after it
+  view    commands ("{key}" for the key) whose replies stand for a key's data
+          where DUMP is not deterministic (a vector set's graph levels are
+          random); absent: DUMP
+  since   {"redis": (8, 0), "valkey": (9, 0)}: the servers (and first versions)
+          that have the command; absent: every server. cases_for() picks a
+          server's cases.
 
 The effect labels are not copied from the proxy's table: test_rules_table.py
 checks each one by experiment against redis-server (a create leaves a new key
@@ -37,8 +43,13 @@ without a TTL and keeps an existing TTL; an overwrite drops it).
 
 import hashlib
 import json
+import os
+import sys
 import re
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
 ORIG_MS = 100_000      # TTL a written key has in variant (b)
 RULE_TTL = 5000        # ttl of the rules under test, seconds
@@ -58,7 +69,7 @@ ZSET_SRCS = ["ZADD {s} 1 a 2 b 3 c", "ZADD {s2} 10 b 20 c 30 d"]
 
 class Case:
     def __init__(self, cid, cmd, writes, setup=(), exist=(), noop_a=False, noop_b=False,
-                 script=False, note=""):
+                 script=False, note="", since=None, view=None):
         self.id = cid
         self.cmd = cmd if isinstance(cmd, list) else cmd.split(" ")
         self.writes = dict(writes)
@@ -68,6 +79,15 @@ class Case:
         self.noop_b = noop_b
         self.script = script
         self.note = note
+        self.since = since
+        self.view = view
+
+    def available(self, server):
+        """server: (name, version tuple), e.g. ("valkey", (9, 1, 2))."""
+        if self.since is None:
+            return True
+        name, version = server
+        return name in self.since and version >= self.since[name]
 
     @property
     def table_name(self):
@@ -111,7 +131,11 @@ def C(*a, **kw):
     return Case(*a, **kw)
 
 
-CASES = [
+R80_V90 = {"redis": (8, 0), "valkey": (9, 0)}
+V91 = {"valkey": (9, 1)}
+
+
+ALL_CASES = [
     # --- strings ---------------------------------------------------------
     C("append", "APPEND {k} abc", {"k": "create"}, exist=["SET {k} xyz"]),
     C("bitfield-set", "BITFIELD {k} SET u8 0 200 GET u8 0", {"k": "create"},
@@ -296,6 +320,38 @@ CASES = [
       noop_a=True, note="rotation: source and destination are the same key"),
     C("sunionstore-self", "SUNIONSTORE {k} {k} {s}", {"k": "overwrite"}, setup=SET_SRCS,
       exist=["SADD {k} x"]),
+    # --- commands of later servers ---------------------------------------
+    C("hsetex", "HSETEX {k} FIELDS 2 f v g w", {"k": "create"}, exist=["HSET {k} f 1"],
+      since=R80_V90),
+    C("hsetex-field-ttl", "HSETEX {k} EXAT 4102444800 FIELDS 1 f v", {"k": "create"},
+      exist=["HSET {k} f 1"], since=R80_V90,
+      note="the fields' TTL, not the key's (absolute: the two runs' DUMPs compare equal)"),
+    C("hsetex-fnx-keepttl", "HSETEX {k} FNX KEEPTTL FIELDS 1 h v", {"k": "create"},
+      exist=["HSET {k} f 1"], since=R80_V90),
+    C("hsetex-fxx", "HSETEX {k} FXX FIELDS 1 f v", {"k": "none"}, exist=["HSET {k} f 1"],
+      since=R80_V90),
+    C("hsetex-nx", "HSETEX {k} NX FIELDS 1 f v", {"k": "create"}, exist=["HSET {k} f 1"],
+      noop_b=True, since={"valkey": (9, 0)}),
+    C("hexpireat", "HEXPIREAT {k} 4102444800 FIELDS 1 f", {"k": "none"},
+      exist=["HSET {k} f 1"], since={"redis": (7, 4), "valkey": (9, 0)},
+      note="absolute: the two runs' DUMPs compare equal"),
+    C("hgetex-persist", "HGETEX {k} PERSIST FIELDS 1 f", {"k": "none"},
+      exist=["HSETEX {k} EXAT 4102444800 FIELDS 1 f 1"], since=R80_V90),
+    C("vadd", "VADD {k} VALUES 3 1 2 3 e1", {"k": "create"},
+      exist=["VADD {k} VALUES 3 1 1 1 e0"], since={"redis": (8, 0)},
+      view=["TYPE {key}", "VCARD {key}", "VEMB {key} e0", "VEMB {key} e1"]),
+    C("msetex", "MSETEX 2 {k} 1 {k2} 2", {"k": "overwrite", "k2": "overwrite"},
+      exist=["SET {k} a", "SET {k2} b"], since=V91),
+    C("msetex-keepttl", "MSETEX 2 {k} 1 {k2} 2 KEEPTTL", {"k": "create", "k2": "create"},
+      exist=["SET {k} a", "SET {k2} b"], since=V91),
+    C("msetex-nx", "MSETEX 1 {k} 1 NX", {"k": "create"}, exist=["SET {k} a"], noop_b=True,
+      since=V91),
+    C("msetex-ex", "MSETEX 2 {k} 1 {k2} 2 EX 300", {"k": "sets-ttl", "k2": "sets-ttl"},
+      exist=["SET {k} a", "SET {k2} b"], since=V91),
+    C("set-ifeq", "SET {k} new IFEQ a", {"k": "overwrite"}, exist=["SET {k} a"], noop_a=True,
+      since={"valkey": (8, 1)}, note="writes only over an equal value: never creates"),
+    C("set-ifeq-get", "SET {k} new IFEQ a GET", {"k": "overwrite"}, exist=["SET {k} a"],
+      noop_a=True, since={"valkey": (8, 1)}),
     # --- scripts and functions -------------------------------------------
     C("eval", ["EVAL", SCRIPT_SET, "1", "{k}", "v"], {"k": "overwrite"},
       exist=["SET {k} a"], script=True),
@@ -305,8 +361,12 @@ CASES = [
       setup=[["FUNCTION", "LOAD", "REPLACE", FUNCTION_LIB]], exist=["SET {k} a"], script=True),
 ]
 
-CASES_BY_ID = {c.id: c for c in CASES}
-assert len(CASES_BY_ID) == len(CASES), "duplicate case id"
+CASES_BY_ID = {c.id: c for c in ALL_CASES}
+assert len(CASES_BY_ID) == len(ALL_CASES), "duplicate case id"
+
+# The cases of the server the suite runs against (harness.SERVER_BIN).
+SERVER = harness.server_bin_identity()
+CASES = [c for c in ALL_CASES if c.available(SERVER)]
 
 
 # --------------------------------------------------------------------------

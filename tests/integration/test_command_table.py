@@ -1,23 +1,31 @@
 """
-The command table (`ttlguard commands`, proxy/commands.c) against a real
-redis-server 7.0.15:
+The command table (`ttlguard commands --server NAME:VERSION`, proxy/commands.c)
+against a real server, whichever it is (Redis 7.0.15, 8.0.6, Valkey 8.1.1,
+9.1.2: tests/servers.sh):
 
   - every command the server flags `write` (subcommands included) and every
     blocking one is in the table, with the server's arity and flags, and with
     the server's key specs;
-  - every name the server knows is known to the table;
+  - every name the server knows is known to the table, and no other name the
+    table has for some server;
   - what the table says each write does to each key's TTL is what the server
-    does, by experiment (tools/probe_ttl_effects.py), and every effect of every
-    key role in the table is exercised by at least one experiment;
+    does, by experiment (tools/probe_ttl_effects.py: the cases this server
+    has), and every effect of every key role in the table is exercised by at
+    least one experiment;
   - the table refuses (-1) exactly the arguments the server refuses.
 
-The server: the one on TTLG_REDIS_PORT when set, else one started here.
-The table's per-argv answers come from tools/command_eval.c: TTLG_COMMAND_EVAL,
-else command_eval next to TTLG_BIN, else built here against the
-libttlguard_core.a next to TTLG_BIN.
+The server: the one on TTLG_REDIS_PORT when set, else one started here
+(harness.SERVER_BIN: TTLG_REDIS_SERVER, default redis-server). What it is comes
+from its INFO server (harness.server_identity(): Valkey reports
+redis_version:7.2.4, its own version is valkey_version), and the table is asked
+for that server: `ttlguard commands --server KIND:VERSION`, `command_eval
+--server KIND:VERSION`. The table's per-argv answers come from
+tools/command_eval.c: TTLG_COMMAND_EVAL, else command_eval next to TTLG_BIN,
+else built here against the libttlguard_core.a next to TTLG_BIN.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -33,7 +41,8 @@ import probe_ttl_effects as probe  # noqa: E402
 SCRIPTS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
 EXPIRES = {"expire", "pexpire", "expireat", "pexpireat"}
 UNVERIFIED_AT_LEAST = {"swapdb", "migrate"}
-CONTAINERS_WITH_WRITES = {"xgroup", "function"}
+# Containers with write subcommands, on the servers that have those.
+CONTAINERS_WITH_WRITES = {"xgroup": probe.EVERY, "function": probe.EVERY, "cluster": probe.V90}
 
 
 # ---------------------------------------------------------------------------
@@ -51,49 +60,72 @@ def redis_port(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server_commands(redis_port):
-    """{name: Cmd} for every command and subcommand ("xgroup|create")."""
+def server_id(redis_port):
+    """("redis", (7, 0, 15)), ("valkey", (9, 1, 2)), ..."""
+    return harness.server_identity(redis_port)
+
+
+@pytest.fixture(scope="module")
+def server_arg(server_id):
+    """"redis:7.0.15", "valkey:9.1.2": for ttlguard and command_eval."""
+    return probe.server_arg(server_id)
+
+
+def _raw(redis_port, *args):
     import redis
     r = redis.Redis(host="127.0.0.1", port=redis_port, socket_timeout=harness.slow(10))
-    version = r.info("server")["redis_version"]
-    assert version == "7.0.15", "the table is for redis 7.0.15, the server is %s" % version
-    conn = r.connection_pool.get_connection("COMMAND")
+    conn = r.connection_pool.get_connection(args[0])
     try:
         # Raw: redis-py's COMMAND reply callback drops the key specs.
-        conn.send_command("COMMAND")
-        raw = conn.read_response()
+        conn.send_command(*args)
+        return conn.read_response()
     finally:
         r.connection_pool.release(conn)
         r.close()
+
+
+@pytest.fixture(scope="module")
+def server_commands(redis_port):
+    """{name: Cmd} for every command and subcommand ("xgroup|create"); names
+    lowercase (Redis 8 names its vector set commands "VADD", ...)."""
     out = {}
 
     def walk(entry):
-        name, arity, flags, _first, _last, _step, _acl, _tips, specs, subs = entry
-        name = name.decode()
+        name, arity, flags, _first, _last, _step, _acl, _tips, specs, subs = entry[:10]
+        name = name.decode().lower()
         out[name] = ServerCommand(name, arity, {f.decode() for f in flags}, specs)
         for s in subs:
             walk(s)
 
-    for entry in raw:
+    for entry in _raw(redis_port, "COMMAND"):
         walk(entry)
     return out
 
 
 @pytest.fixture(scope="module")
-def table():
-    """{name: Row} from `ttlguard commands`."""
+def server_names(redis_port):
+    """COMMAND LIST, lowercase: the top-level names the server knows (it lists
+    subcommands too: "config|get")."""
+    return {n.decode().lower() for n in _raw(redis_port, "COMMAND", "LIST") if b"|" not in n}
+
+
+@pytest.fixture(scope="module")
+def table(server_arg):
+    """{name: Row} from `ttlguard commands --server KIND:VERSION`."""
     if not os.path.exists(harness.TTLG_BIN):
         msg = "ttlguard binary %s does not exist (build it or set TTLG_BIN)" % harness.TTLG_BIN
         if harness.TTLG_BIN_EXPLICIT:
             pytest.fail(msg)
         pytest.skip(msg)
-    out = subprocess.run([harness.TTLG_BIN, "commands"], capture_output=True, text=True,
-                         timeout=harness.slow(10), check=True).stdout
+    out = subprocess.run([harness.TTLG_BIN, "commands", "--server", server_arg],
+                         capture_output=True, text=True, timeout=harness.slow(10),
+                         check=True).stdout
     rows = {}
     for line in out.splitlines():
         row = Row(line)
         assert row.name not in rows, "%s printed twice" % row.name
         rows[row.name] = row
+    assert rows, "`ttlguard commands --server %s` printed nothing" % server_arg
     return rows
 
 
@@ -114,15 +146,23 @@ def command_eval(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def prober(redis_port):
+def prober(redis_port, server_id):
     p = probe.Probe(redis_port)
+    assert p.server == server_id, (p.server, server_id)
     yield p
     p.close()
 
 
 @pytest.fixture(scope="module")
-def probe_results(prober, command_eval):
-    return probe.run_cases(prober, command_eval)
+def probe_results(prober, command_eval, server_id):
+    results = probe.run_cases(prober, command_eval, server=server_id)
+    assert results, "no experiment applies to %s" % (server_id,)
+    return results
+
+
+@pytest.fixture(scope="module")
+def syntax_results(prober, command_eval, server_id):
+    return probe.run_syntax(prober, command_eval, server=server_id)
 
 
 # ---------------------------------------------------------------------------
@@ -140,7 +180,8 @@ class ServerCommand:
         self.specs = [pairs(s) for s in specs]
 
     def spec_where(self, spec):
-        """A key spec in `ttlguard commands` notation; None for "unknown"."""
+        """A key spec in `ttlguard commands` notation (commands.h); None for
+        "unknown"."""
         bs, fk = pairs(spec["begin_search"]), pairs(spec["find_keys"])
         bs_spec, fk_spec = pairs(bs["spec"]), pairs(fk["spec"])
         kind = bs["type"].decode()
@@ -151,9 +192,17 @@ class ServerCommand:
         else:
             return None
         if fk["type"] == b"keynum":
-            assert (fk_spec["keynumidx"], fk_spec["firstkey"], fk_spec["keystep"]) == (0, 1, 1), \
-                "%s: a keynum spec the table's notation cannot express" % self.name
-            return where + "+numkeys"
+            # N+numkeys, N+numkeys(keynumidx,firstkey); "/S": every S-th (MSETEX:
+            # 1+numkeys/2, a key every other argument)
+            if (fk_spec["keynumidx"], fk_spec["firstkey"]) == (0, 1):
+                where += "+numkeys"
+            else:
+                where += "+numkeys(%d,%d)" % (fk_spec["keynumidx"], fk_spec["firstkey"])
+            if fk_spec["keystep"] != 1:
+                where += "/%d" % fk_spec["keystep"]
+            return where
+        if fk["type"] != b"range":
+            return None
         if fk_spec["lastkey"] != 0:
             where += "..%d" % fk_spec["lastkey"]
         if fk_spec["keystep"] != 1:
@@ -185,12 +234,41 @@ def subcommands(server, name):
     return [c for n, c in server.items() if n.startswith(name + "|")]
 
 
-def server_flags(server, name):
-    """A container's flags are the union of its subcommands'."""
+def server_flags(server, name, table):
+    """The flags the table's row must have, from the server's.
+
+    A command: its own. A container: the union of its subcommands'; the
+    server gives the container itself no flags (CLUSTER's are empty).
+
+    A container flagged `partial` (CLUSTER: the table lists only its write
+    subcommands; command_keys() calls any other subcommand a read, no keys):
+    the union of the server's write subcommands' flags only. That is what the
+    proxy can honestly claim. The container's flags apply to every argv of
+    it, but for an unlisted subcommand there are no keys, so nothing is
+    rewritten and `write` and `noscript` change nothing (CLUSTER RESET is
+    noscript; counting it would make the row say something about writes
+    the proxy never wraps). `blocking` does change something (the session
+    leaves a shared connection) whatever the keys: so a partial container
+    must list every blocking subcommand too, which
+    test_every_blocking_command_is_in_the_table checks (subcommands
+    included), as test_every_write_command_is_in_the_table does for write
+    ones; test_containers lists the rest."""
     subs = subcommands(server, name)
+    if subs and "partial" in table[name].flags:
+        subs = [s for s in subs if "write" in s.flags]
     if subs:
         return set().union(*(s.flags for s in subs))
     return server[name].flags
+
+
+def table_names():
+    """Every name proxy/commands.c's known_names[] has, for any server."""
+    with open(os.path.join(harness.REPO, "proxy", "commands.c")) as f:
+        src = f.read()
+    start = src.index("known_names[] = {")
+    names = set(re.findall(r'"([^"|]+)"', src[start:src.index("};", start)]))
+    assert len(names) > 200, "cannot read known_names[] from proxy/commands.c"
+    return names
 
 
 # ---------------------------------------------------------------------------
@@ -212,36 +290,69 @@ def test_every_blocking_command_is_in_the_table(server_commands, table):
     assert not missing, "blocking commands missing or not flagged blocking: %s" % missing
 
 
-def test_write_subcommands_reach_their_container(table):
-    for container in CONTAINERS_WITH_WRITES:
+def test_write_subcommands_reach_their_container(table, server_id):
+    for container, since in CONTAINERS_WITH_WRITES.items():
+        if not probe.applies(since, None, server_id):
+            continue
         assert container in table, container
         assert "write" in table[container].flags, container
 
 
-def test_rows_have_the_servers_arity_and_flags(server_commands, table):
+def test_containers(server_commands, table):
+    """A container's rows: a partial one lists exactly the server's write and
+    blocking subcommands; any other lists every subcommand the server has
+    (command_keys() refuses, -1, a subcommand it does not list)."""
+    problems = []
+    for name, row in table.items():
+        listed = {n for n in table if n.startswith(name + "|")}
+        theirs = {c.name for c in subcommands(server_commands, name)}
+        if not listed:
+            continue
+        if "partial" in row.flags:
+            theirs = {c.name for c in subcommands(server_commands, name)
+                      if c.flags & {"write", "blocking"}}
+        if listed != theirs:
+            problems.append("%s: table lists %s, server has %s" % (
+                name, sorted(listed - theirs), sorted(theirs - listed)))
+    assert not problems, "\n".join(problems)
+
+
+def arity_and_flag_problems(server_commands, table):
+    """[((name, flag or None), text)]: where the table's arity and flags are
+    not the server's."""
     problems = []
     for name, row in table.items():
         if name not in server_commands:
-            problems.append("%s: the server has no such command" % name)
+            problems.append(((name, None), "%s: the server has no such command" % name))
             continue
         srv = server_commands[name]
         if row.arity != srv.arity:
-            problems.append("%s: arity %d, server %d" % (name, row.arity, srv.arity))
-        flags = server_flags(server_commands, name)
+            problems.append(((name, "arity"), "%s: arity %d, server %d" % (
+                name, row.arity, srv.arity)))
+        flags = server_flags(server_commands, name, table)
         for flag in ("write", "blocking", "noscript"):
             if (flag in row.flags) != (flag in flags):
-                problems.append("%s: %s %s in the table, %s on the server" % (
+                problems.append(((name, flag), "%s: %s %s in the table, %s on the server" % (
                     name, flag, "set" if flag in row.flags else "unset",
-                    "set" if flag in flags else "unset"))
+                    "set" if flag in flags else "unset")))
         if ("script" in row.flags) != (name in SCRIPTS):
-            problems.append("%s: script flag" % name)
+            problems.append(((name, "script"), "%s: script flag" % name))
         if ("expire" in row.flags) != (name in EXPIRES):
-            problems.append("%s: expire flag" % name)
+            problems.append(((name, "expire"), "%s: expire flag" % name))
+        if ("partial" in row.flags) and not subcommands(server_commands, name):
+            problems.append(((name, "partial"),
+                             "%s: partial, but the server has no subcommands" % name))
         if not (row.flags & {"write", "blocking", "script", "unverified"}) and "|" not in name:
-            problems.append("%s: a row for a command that neither writes nor blocks" % name)
+            problems.append(((name, None),
+                             "%s: a row for a command that neither writes nor blocks" % name))
     for name in UNVERIFIED_AT_LEAST:
         if "unverified" not in table[name].flags:
-            problems.append("%s: not flagged unverified" % name)
+            problems.append(((name, "unverified"), "%s: not flagged unverified" % name))
+    return problems
+
+
+def test_rows_have_the_servers_arity_and_flags(server_commands, table):
+    problems = [text for _key, text in arity_and_flag_problems(server_commands, table)]
     assert not problems, "\n".join(problems)
 
 
@@ -268,15 +379,23 @@ def test_key_specs_match_the_server(server_commands, table):
     assert not problems, "\n".join(problems)
 
 
-def test_known_names(server_commands, command_eval, table):
-    names = sorted(n for n in server_commands if "|" not in n)
-    unknown = ["nosuch", "json.set", "setx", "xgroup|create", "hsetex", "getx"]
-    answers = probe.table_answers(command_eval, [[n.encode()] for n in names + unknown])
+def test_known_names(server_commands, server_names, command_eval, server_id, table):
+    """Every name the server knows is known, with a row when `ttlguard
+    commands` prints one; the names the table has for other servers (and a
+    few no server has) are not."""
+    top = {n for n in server_commands if "|" not in n}
+    assert top == server_names, "COMMAND and COMMAND LIST differ: %s" % sorted(
+        top ^ server_names)
+    others = table_names() | {"nosuch", "json.set", "setx", "xgroup|create", "hsetex", "getx",
+                              "msetex", "vadd", "delifeq"}
+    names = sorted(server_names) + sorted(others - server_names)
+    answers = probe.table_answers(command_eval, [[n.encode()] for n in names], server_id)
     problems = []
-    for name, ans in zip(names + unknown, answers):
-        want_known = name in server_commands and "|" not in name
+    for name, ans in zip(names, answers):
+        want_known = name in server_names
         if ans.known != want_known:
-            problems.append("%s: known=%s" % (name, ans.known))
+            problems.append("%s: known=%s, the server %s it" % (
+                name, ans.known, "has" if want_known else "does not have"))
         if ans.row != (name in table and "|" not in name):
             problems.append("%s: row=%s, printed=%s" % (name, ans.row, name in table))
     assert not problems, "\n".join(problems)
@@ -293,7 +412,7 @@ def test_ttl_effects_agree_with_the_server(probe_results):
 
 def test_every_effect_of_every_key_role_is_probed(table, probe_results):
     """The experiment covers the table: each effect a key role can have was
-    seen, and agreed with, in at least one case."""
+    seen, and agreed with, in at least one case this server has."""
     seen = {(r.command, r.key.rstrip("0123456789"), r.table)
             for r in probe_results if r.problem is None}
     missing = []
@@ -312,7 +431,10 @@ def test_destinations_get_the_source_ttl(prober):
     assert not bad, bad
 
 
-def test_malformed_arguments_agree_with_the_server(prober, command_eval):
-    bad = ["%s: %s" % (cmd.replace("\0", "\\0"), problem)
-           for cmd, _refused, _rc, problem in probe.run_syntax(prober, command_eval) if problem]
+def _syntax_line(cmd, problem):
+    return "%s: %s" % (cmd.replace("\0", "\\0"), problem)
+
+
+def test_malformed_arguments_agree_with_the_server(syntax_results):
+    bad = [_syntax_line(cmd, problem) for cmd, _refused, _rc, problem in syntax_results if problem]
     assert not bad, "\n".join(bad)

@@ -32,7 +32,7 @@ import time
 
 import pytest
 
-from harness import Conn, RespError, client_list, enc, slow, wait_for
+from harness import Conn, RespError, client_list, enc, server_identity, slow, wait_for
 
 MUX = {"multiplex": "on"}
 CTL = "ctl"         # CLIENT SETNAME of the test's own direct connections
@@ -503,15 +503,42 @@ def test_unknown_command(redis_srv, make_proxy):
     assert p == d
 
 
+def _auth_error_dropped_behind_reply(redis, password):
+    """True when a failed AUTH gets no reply at all while an earlier reply is
+    still in the server's output buffer: one reply fewer than requests.
+    Redis 8.0 and Valkey 8.1 do that (addAuthErrReply() returns when
+    clientHasPendingReplies(), since module auth in Redis 7.2; redis#15640),
+    Valkey 9 replies (valkey#2287), Redis 7.0 has no module auth."""
+    with Conn(redis.port) as c:
+        c.send(enc("GET", "x") + enc("AUTH", "wrong"))
+        assert c.reply().startswith(b"NOAUTH")
+        c.send(enc("AUTH", password))
+        r = c.reply()
+        if r == b"OK":
+            return True     # that was the reply to the second AUTH
+        assert r.startswith(b"WRONGPASS"), r
+        assert c.reply() == b"OK"
+        return False
+
+
 def test_requirepass_every_client_one_to_one(make_redis, make_proxy):
     redis = make_redis(["--requirepass", "secret"])
     proxy = make_proxy(redis, dict(MUX), expect=b"-NOAUTH")
+    # On a server that drops that reply, the wrong AUTH goes once GET's
+    # reply has been read: a pipeline that loses a reply cannot be compared.
+    split = _auth_error_dropped_behind_reply(redis, "secret")
 
     def script(port):
         with Conn(port) as c, Conn(port) as c2:
             out = []
-            c.send(enc("GET", "x") + enc("AUTH", "wrong") + enc("SET", "x", "1"))
-            out += raw_replies(c, 3)
+            if split:
+                c.send(enc("GET", "x"))
+                out += raw_replies(c, 1)
+                c.send(enc("AUTH", "wrong") + enc("SET", "x", "1"))
+                out += raw_replies(c, 2)
+            else:
+                c.send(enc("GET", "x") + enc("AUTH", "wrong") + enc("SET", "x", "1"))
+                out += raw_replies(c, 3)
             c.send(enc("AUTH", "secret") + enc("SET", "x", "1") + enc("GET", "x"))
             out += raw_replies(c, 3)
             c2.send(enc("PING") + enc("GET", "x") + enc("AUTH", "secret") + enc("GET", "x"))
@@ -588,9 +615,27 @@ def test_password_set_after_sharing_started(redis_srv, make_proxy):
             c.cmd("CONFIG", "SET", "requirepass", "")
 
 
+def _script_debug_no_after_other_eval(redis):
+    """What the server itself answers SCRIPT DEBUG NO with after SCRIPT DEBUG
+    SYNC and another client's EVAL: +OK from Redis and Valkey 8; Valkey 9
+    answers with the debugger log of that other client's script
+    ("* Stopped at 1, stop reason = step over", ...) instead."""
+    with Conn(redis.port) as a, Conn(redis.port) as b:
+        assert a.cmd("SCRIPT", "DEBUG", "SYNC") == b"OK"
+        assert b.cmd("EVAL", "return 7", "0") == 7
+        r = a.cmd("SCRIPT", "DEBUG", "NO")
+        name, version = server_identity(redis.port)
+        if name == "valkey" and version >= (9,):
+            assert isinstance(r, list) and r[0].startswith(b"* Stopped at 1"), r
+        else:
+            assert r == b"OK", r
+        return r
+
+
 def test_script_debug_is_connection_state(redis_srv, make_proxy):
     """SCRIPT DEBUG YES|SYNC is per connection: another client's EVAL must
     run normally."""
+    want_no = _script_debug_no_after_other_eval(redis_srv)
     proxy = start(make_proxy, redis_srv)
     with Shared(proxy.port) as a, Shared(proxy.port) as b:
         assert a.cmd("SCRIPT", "DEBUG", "SYNC") == b"OK"
@@ -604,7 +649,7 @@ def test_script_debug_is_connection_state(redis_srv, make_proxy):
             # blocks Redis: end it, so that the proxy can shut down.
             redis_srv.stop()
         assert got == [7, None], "EVAL of another client after SCRIPT DEBUG SYNC: %r" % got
-        assert a.cmd("SCRIPT", "DEBUG", "NO") == b"OK"
+        assert a.cmd("SCRIPT", "DEBUG", "NO") == want_no
         assert b.cmd("EVAL", "return 8", "0") == 8
 
 

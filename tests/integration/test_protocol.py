@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import Conn, enc, slow, vmrss_kb
+from harness import Conn, enc, server_identity, slow, vmrss_kb
 
 
 def _sender(conn, data):
@@ -50,8 +50,17 @@ def test_inline_commands(ep):
         assert c.reply() == b"it's"
         c.send(b"ECHO a  b\r\n")
         assert c.reply().startswith(b"ERR wrong number of arguments")
-        # A closing quote must be followed by a space: this is not two args.
-        c.send(b"ECHO 'it''s'\r\n")
+        name, version = server_identity(ep.redis.port)
+        if name == "valkey" and version >= (9,):
+            # Valkey 9 joins quoted and unquoted parts of an argument, as a
+            # shell does (valkey#2098): one argument, "its". Only quotes left
+            # open are an error there.
+            c.send(b"ECHO 'it''s'\r\n")
+            assert c.reply_raw()[1] == b"$3\r\nits\r\n"
+            c.send(b"ECHO 'it\r\n")
+        else:
+            # A closing quote must be followed by a space: this is not two args.
+            c.send(b"ECHO 'it''s'\r\n")
         assert c.read_until_eof() == b"-ERR Protocol error: unbalanced quotes in request\r\n"
 
 

@@ -90,8 +90,16 @@ class KeyState:
         return "KeyState(pttl=%s, dump=%r)" % (self.pttl, self.dump and self.dump[:40])
 
 
+def key_data(ctl, r, key):
+    """DUMP, or the replies of the case's view commands (Case.view)."""
+    if r.case.view is None:
+        return ctl.cmd("DUMP", key)
+    return tuple(ctl.cmd(*[key if w == "{key}" else w for w in v.split(" ")])
+                 for v in r.case.view)
+
+
 def snapshot(ctl, r):
-    return {p: KeyState(ctl.cmd("DUMP", k), ctl.cmd("PTTL", k)) for p, k in r.keys.items()}
+    return {p: KeyState(key_data(ctl, r, k), ctl.cmd("PTTL", k)) for p, k in r.keys.items()}
 
 
 def same_ttl(a, b):
@@ -164,9 +172,13 @@ def expected_outcome(case, mode):
 # --------------------------------------------------------------------------
 
 def table_rows():
-    """`ttlguard commands` as {name: set of effects over its key roles}."""
+    """`ttlguard commands --server` of the server under test, as {name: set of
+    effects over its key roles}."""
     _need_binary()
-    out = subprocess.run([harness.TTLG_BIN, "commands"], capture_output=True, timeout=10)
+    name, version = rc.SERVER
+    out = subprocess.run([harness.TTLG_BIN, "commands", "--server",
+                          "%s:%s" % (name, ".".join(map(str, version)))],
+                         capture_output=True, timeout=10)
     assert out.returncode == 0, out.stderr
     rows = {}
     for line in out.stdout.decode().splitlines():

@@ -780,3 +780,36 @@ Test(request, inline_nul_byte_like_redis)
     check_error_n(buf, n, 0, "ERR Protocol error: too big inline request");
     free(buf);
 }
+
+/* Valkey 9 splits inline arguments as a shell does: a closing quote ends the
+ * quoted part, not the argument. */
+static void check_joined(const char *line, int argc, const char *const *want)
+{
+    struct req_framer *f = req_framer_new();
+    struct request req;
+    size_t pos = 0;
+
+    req_framer_set_inline_join(f, 1);
+    cr_assert_eq(req_next(f, line, strlen(line), &pos, &req), 1, "%s: %s", line,
+                 req_framer_error(f));
+    cr_assert_eq(req.argc, argc, "%s: argc %d", line, req.argc);
+    for (int i = 0; i < argc; i++)
+        cr_assert(req.argv[i].len == strlen(want[i]) &&
+                  memcmp(req.argv[i].p, want[i], req.argv[i].len) == 0, "%s: argv[%d]", line, i);
+    req_framer_free(f);
+}
+
+Test(request, inline_join_valkey9)
+{
+    check_joined("ECHO 'it''s'\r\n", 2, (const char *const[]){ "ECHO", "its" });
+    check_joined("ECHO \"a\"b\r\n", 2, (const char *const[]){ "ECHO", "ab" });
+    check_joined("ECHO \"a\"'b' c\r\n", 3, (const char *const[]){ "ECHO", "ab", "c" });
+    check_joined("SET k \"x y\"z\n", 3, (const char *const[]){ "SET", "k", "x yz" });
+
+    struct req_framer *f = req_framer_new();
+    struct request req;
+    size_t pos = 0;
+    req_framer_set_inline_join(f, 1);
+    cr_assert_eq(req_next(f, "ECHO 'it\r\n", 10, &pos, &req), -1, "an open quote stays an error");
+    req_framer_free(f);
+}

@@ -1,9 +1,17 @@
 #!/usr/bin/python3
 """
 probe_ttl_effects: what each write command does to a key's TTL, observed on a
-real redis-server, compared with ttlguard's command table.
+real redis-server or valkey-server, compared with ttlguard's command table as
+that server has it.
 
-    probe_ttl_effects.py --port 7100 [--eval BIN | --lib LIBTTLGUARD_CORE_A] [-v]
+    probe_ttl_effects.py --port 7100 [--server NAME:VERSION]
+                         [--eval BIN | --lib LIBTTLGUARD_CORE_A] [-v]
+
+The server is identified from INFO server (Valkey says valkey_version; its
+redis_version is 7.2.4 for compatibility), or --server names the one whose
+cases and table to run (a warning when it is not the one on --port), and the
+table is asked for that server (command_eval --server NAME:VERSION). Every case
+says which servers have it (since=, until=: see applies()); only those run.
 
 Every case is one command with placeholders for its keys, named after the key
 roles of `ttlguard commands` ({key}, {source1}, {destination}). For each key of
@@ -62,6 +70,12 @@ SETUP = {
     # A stream with a group g whose consumer c has entry 1-1 pending.
     "stream": [["XADD", "{k}", "1-1", "f", "v"], ["XGROUP", "CREATE", "{k}", "g", "0"],
                ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "{k}", ">"]],
+    # A hash whose field f has a TTL of its own (servers with HEXPIRE only).
+    "hashttl": [["HSET", "{k}", "f", "1", "g", "2"],
+                ["HEXPIRE", "{k}", "7000", "FIELDS", "1", "f"]],
+    # A vector set of two 3-dimensional elements a and b (Redis 8 only).
+    "vset": [["VADD", "{k}", "VALUES", "3", "1", "0", "0", "a"],
+             ["VADD", "{k}", "VALUES", "3", "0", "1", "0", "b"]],
 }
 
 SCRIPT_SET = "return redis.call('SET', KEYS[1], 'x')"
@@ -74,16 +88,67 @@ redis.register_function{function_name='ttlg_probe_get', flags={'no-writes'},
 """
 
 
+# ---------------------------------------------------------------------------
+# Which servers a case applies to
+# ---------------------------------------------------------------------------
+
+# A server: (kind, version), e.g. ("redis", (7, 0, 15)), ("valkey", (9, 1, 2)).
+# since: {kind: first version that has it}, a kind left out has it in no
+# version; None: every server. until: {kind: first version that no longer has
+# it} (as the refusals of an option a later version accepts).
+R74_V90 = {"redis": (7, 4), "valkey": (9, 0)}       # hash field TTLs: HEXPIRE ... HPERSIST
+R80_V90 = {"redis": (8, 0), "valkey": (9, 0)}       # HSETEX, HGETEX
+R80_V91 = {"redis": (8, 0), "valkey": (9, 1)}       # HGETDEL
+R80 = {"redis": (8, 0)}                             # vector sets; Redis 8's HSETEX parser
+V81 = {"valkey": (8, 1)}                            # SET ... IFEQ
+V90 = {"valkey": (9, 0)}                            # DELIFEQ, HSETEX NX|XX
+V91 = {"valkey": (9, 1)}                            # MSETEX
+EVERY = {"redis": (0,), "valkey": (0,)}
+
+
+def applies(since, until, server):
+    """True when server (kind, version) is one the case is for."""
+    kind, version = server
+    if since is not None and (kind not in since or tuple(version) < since[kind]):
+        return False
+    return not (until and kind in until and tuple(version) >= until[kind])
+
+
+def server_arg(server):
+    """("valkey", (9, 1, 2)) -> "valkey:9.1.2", as ttlguard and command_eval take it."""
+    return "%s:%s" % (server[0], ".".join(str(v) for v in server[1]))
+
+
+def parse_server(text):
+    """"valkey:9.1.2" -> ("valkey", (9, 1, 2))."""
+    kind, _, version = text.partition(":")
+    if kind not in ("redis", "valkey") or not version:
+        raise ValueError("not NAME:VERSION (redis:7.0.15, valkey:9.1.2): %r" % text)
+    return kind, tuple(int(v) for v in version.split("."))
+
+
+def identify(r):
+    """The server behind the redis-py client r, from INFO server."""
+    info = r.info("server")
+    if info.get("server_name") == "valkey" or "valkey_version" in info:
+        return "valkey", tuple(int(v) for v in str(info["valkey_version"]).split("."))
+    return "redis", tuple(int(v) for v in str(info["redis_version"]).split("."))
+
+
 class Case:
     """cmd: words separated by spaces; {role} placeholders are keys (their
-    type in keys=), {ex} {px} {exat} {pxat} {dump} {script_set} ... are
+    type in keys=), {ex} {px} {exat} {pxat} {dump} {script_set} {attr} ... are
     values. absent: keys missing in the setup of the other keys' experiments
-    (as MSETNX needs)."""
+    (as MSETNX needs). since, until: the servers that have it (applies())."""
 
-    def __init__(self, cmd, absent=(), **keys):
+    def __init__(self, cmd, absent=(), since=None, until=None, **keys):
         self.cmd = cmd
         self.keys = keys
         self.absent = set(absent)
+        self.since, self.until = since, until
+
+    def applies(self, server):
+        return applies(self.since, self.until, server)
 
     def __repr__(self):
         return self.cmd
@@ -261,6 +326,69 @@ CASES = [
     C("EVALSHA_RO {sha_get} 1 {key}", key="string"),
     C("FCALL ttlg_probe_set 1 {key}", key="string"),
     C("FCALL_RO ttlg_probe_get 1 {key}", key="string"),
+
+    # ---- later servers ----
+    # SET ... IFEQ (Valkey 8.1): writes only over an equal value, never
+    # creates; without KEEPTTL it drops the TTL as a plain SET does.
+    C("SET {key} v IFEQ abc", since=V81, key="string"),
+    C("SET {key} v IFEQ abc GET", since=V81, key="string"),
+    C("SET {key} v IFEQ abc KEEPTTL", since=V81, key="string"),
+    C("SET {key} v IFEQ abc EX {ex}", since=V81, key="string"),
+    C("SET {key} v IFEQ abc PXAT {pxat}", since=V81, key="string"),
+    # No "SET ... IFEQ nomatch": it writes nothing, but the table cannot know
+    # the value and answers for the write (overwrite), which no experiment on
+    # a mismatch can see. DELIFEQ's key is "none" either way: both are here.
+    # DELIFEQ (Valkey 9.0): deletes the key when its value is the given one.
+    C("DELIFEQ {key} abc", since=V90, key="string"),
+    C("DELIFEQ {key} nomatch", since=V90, key="string"),
+    # MSETEX (Valkey 9.1): all keys or none.
+    C("MSETEX 2 {key1} v {key2} w", since=V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w NX", since=V91, absent=("key1", "key2"),
+      key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w XX", since=V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w EX {ex}", since=V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w PX {px}", since=V91, key1="string", key2="string"),
+    C("MSETEX 1 {key} v EXAT {exat}", since=V91, key="string"),
+    C("MSETEX 1 {key} v PXAT {pxat} NX", since=V91, key="string"),
+    C("MSETEX 2 {key1} v {key2} w KEEPTTL", since=V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w XX KEEPTTL", since=V91, key1="string", key2="string"),
+    # Hash field TTLs (Redis 7.4, Valkey 9.0) are not key TTLs: the key keeps
+    # its own, a hash created has none.
+    C("HEXPIRE {key} {ex} FIELDS 1 f", since=R74_V90, key="hash"),
+    C("HEXPIRE {key} {ex} NX FIELDS 2 f nosuch", since=R74_V90, key="hash"),
+    C("HEXPIRE {key} 0 FIELDS 2 f g", since=R74_V90, key="hash"),
+    C("HPEXPIRE {key} {px} GT FIELDS 1 f", since=R74_V90, key="hashttl"),
+    C("HEXPIREAT {key} {exat} XX FIELDS 1 f", since=R74_V90, key="hashttl"),
+    C("HPEXPIREAT {key} {pxat} LT FIELDS 1 f", since=R74_V90, key="hashttl"),
+    C("HPERSIST {key} FIELDS 1 f", since=R74_V90, key="hashttl"),
+    C("HPERSIST {key} FIELDS 2 f g", since=R74_V90, key="hash"),
+    # HSETEX (Redis 8.0, Valkey 9.0): FXX (every field exists) never creates
+    # the hash, nor (Valkey) XX.
+    C("HSETEX {key} FIELDS 1 f v", since=R80_V90, key="hash"),
+    C("HSETEX {key} FNX FIELDS 1 h v", since=R80_V90, key="hash"),
+    C("HSETEX {key} FXX FIELDS 1 f v", since=R80_V90, key="hash"),
+    C("HSETEX {key} FXX FIELDS 2 f v h w", since=R80_V90, key="hash"),
+    C("HSETEX {key} EX {ex} FIELDS 1 f v", since=R80_V90, key="hash"),
+    C("HSETEX {key} PX {px} FIELDS 2 f v h w", since=R80_V90, key="hash"),
+    C("HSETEX {key} FNX EXAT {exat} FIELDS 1 h v", since=R80_V90, key="hash"),
+    C("HSETEX {key} PXAT {pxat} FXX FIELDS 1 f v", since=R80_V90, key="hashttl"),
+    C("HSETEX {key} KEEPTTL FIELDS 1 f v", since=R80_V90, key="hashttl"),
+    C("HSETEX {key} NX FIELDS 1 f v", since=V90, key="hash"),
+    C("HSETEX {key} XX FIELDS 1 f v", since=V90, key="hash"),
+    C("HSETEX {key} XX FNX EX {ex} FIELDS 1 h v", since=V90, key="hash"),
+    C("HSETEX {key} NX KEEPTTL FIELDS 1 f v", since=V90, key="hash"),
+    # HGETEX (Redis 8.0, Valkey 9.0), HGETDEL (Redis 8.0, Valkey 9.1)
+    C("HGETEX {key} FIELDS 1 f", since=R80_V90, key="hash"),
+    C("HGETEX {key} EX {ex} FIELDS 1 f", since=R80_V90, key="hash"),
+    C("HGETEX {key} PXAT {pxat} FIELDS 2 f g", since=R80_V90, key="hash"),
+    C("HGETEX {key} PERSIST FIELDS 1 f", since=R80_V90, key="hashttl"),
+    C("HGETDEL {key} FIELDS 1 f", since=R80_V91, key="hash"),
+    C("HGETDEL {key} FIELDS 2 f g", since=R80_V91, key="hash"),
+    # Vector sets (Redis 8.0)
+    C("VADD {key} VALUES 3 1 2 3 e1", since=R80, key="vset"),
+    C("VADD {key} REDUCE 2 VALUES 3 1 2 3 e1", since=R80, key="vset"),
+    C("VREM {key} a", since=R80, key="vset"),
+    C("VSETATTR {key} a {attr}", since=R80, key="vset"),
 ]
 
 # The destination gets the source's TTL: source has a TTL of 777 s,
@@ -273,9 +401,24 @@ CARRY_CASES = [
     ("MOVE {source} %d" % (DB + 1), DB + 1),
 ]
 
-# Arguments the table must refuse (-1) exactly when redis-server refuses them:
-# (argv, refused[, type of {k}]). Run on missing keys, where only the
-# arguments can fail, unless a type for {k} is given.
+
+class Syntax:
+    """A SYNTAX_CASES entry for some servers only (a plain tuple is for all)."""
+
+    def __init__(self, cmd, refused, kind=None, since=None, until=None):
+        self.cmd, self.refused, self.kind = cmd, refused, kind
+        self.since, self.until = since, until
+
+    def applies(self, server):
+        return applies(self.since, self.until, server)
+
+
+S = Syntax
+
+# Arguments the table must refuse (-1) exactly when the server refuses them:
+# (argv, refused[, type of {k}]), or Syntax(...) for the servers that have it.
+# Run on missing keys, where only the arguments can fail, unless a type for
+# {k} is given.
 SYNTAX_CASES = [
     ("SET {k} v NX XX", True), ("SET {k} v XX NX", True), ("SET {k} v EX 0", True),
     ("SET {k} v EX -5", True), ("SET {k} v EX 1.5", True), ("SET {k} v EX", True),
@@ -344,6 +487,95 @@ SYNTAX_CASES = [
     ("FCALL ttlg_probe_set 2 {k}", True),
     ("ZUNIONSTORE {k} 0 {k2}", True), ("ZUNIONSTORE {k} 2 {k2}", True),
     ("ZINTERSTORE {k} 1 {k2} AGGREGATE MAX", False), ("ZDIFFSTORE {k} 1 {k2}", False),
+
+    # ---- later servers ----
+    # SET ... IFEQ: an option Valkey 8.1 added, a syntax error before.
+    S("SET {k} v IFEQ x", True, until=V81), S("SET {k} v IFEQ x GET", True, until=V81),
+    S("SET {k} v IFEQ x", False, since=V81), S("SET {k} v ifeq x KEEPTTL GET", False, since=V81),
+    S("SET {k} v GET IFEQ x PX 100", False, since=V81),
+    S("SET {k} v NX IFEQ x", True, since=V81), S("SET {k} v IFEQ x XX", True, since=V81),
+    S("SET {k} v IFEQ", True), S("SET {k} v IFEQ x IFEQ y", True, since=V81),
+    S("SET {k} v IFEQ x EX 0", True), S("SET {k} v IFEQ x KEEPTTL EX 10", True),
+    # DELIFEQ: arity only.
+    S("DELIFEQ {k}", True, since=V90), S("DELIFEQ {k} v", False, since=V90),
+    # HSETEX (opt_hsetex). Redis 8 refuses a repeated option; Valkey 9 parses
+    # them as SET does (a repeat is fine, a conflict is not) and has NX|XX.
+    S("HSETEX {k} FIELDS 1 f v", False, since=R80_V90),
+    S("HSETEX {k} fxx px 10000 FIELDS 2 f v g w", False, since=R80_V90),
+    S("HSETEX {k} FIELDS 1 EX 10", False, since=R80_V90),
+    S("HSETEX {k} EX 10 f v", True, since=R80_V90),
+    S("HSETEX {k} FNX f v", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 2 f v", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 1 f v g w", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 1 f v g", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 1 f", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 1 f v EX 10", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 1 f v FIELDS 1 g w", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 0 f v", True, since=R80_V90),
+    S("HSETEX {k} FIELDS -1 f v", True, since=R80_V90),
+    S("HSETEX {k} FIELDS x f v", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 01 f v", True, since=R80_V90),
+    S("HSETEX {k} FIELDS +1 f v", True, since=R80_V90),
+    S("HSETEX {k} EX 10 PX 10 FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} KEEPTTL EX 10 FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} EX 10 KEEPTTL FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} PERSIST FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} FNX FXX FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} FXX FNX FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} FOO FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} EX FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} EX 10 EX 10 FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} EX 10 EX 10 FIELDS 1 f v", False, since=V90),
+    S("HSETEX {k} PX 10 PX 20 FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} PX 10 PX 20 FIELDS 1 f v", False, since=V90),
+    S("HSETEX {k} KEEPTTL KEEPTTL FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} KEEPTTL KEEPTTL FIELDS 1 f v", False, since=V90),
+    S("HSETEX {k} FNX FNX FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} FNX FNX FIELDS 1 f v", False, since=V90),
+    S("HSETEX {k} FXX FXX FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} FXX FXX FIELDS 1 f v", False, since=V90),
+    # The fields' expiry: an integer >= 0 (0 and past times delete the
+    # fields at once); Redis 8 caps it at 2^46 ms from the epoch.
+    S("HSETEX {k} EX 0 FIELDS 1 f v", False, since=R80_V90),
+    S("HSETEX {k} PXAT 0 FIELDS 1 f v", False, since=R80_V90),
+    S("HSETEX {k} EX -1 FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} PXAT -1 FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} EX x FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} EX 1.5 FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} EX 9223372036854775 FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} PX 9223372036854775807 FIELDS 1 f v", True, since=R80_V90),
+    S("HSETEX {k} EXAT 9223372036854775 FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} EXAT 9223372036854775 FIELDS 1 f v", False, since=V90),
+    S("HSETEX {k} PXAT 9223372036854775807 FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} PXAT 9223372036854775807 FIELDS 1 f v", False, since=V90),
+    # Key-level NX|XX: Valkey 9 only.
+    S("HSETEX {k} NX FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} XX FIELDS 1 f v", True, since=R80),
+    S("HSETEX {k} NX FIELDS 1 f v", False, since=V90),
+    S("HSETEX {k} XX FNX FIELDS 1 f v", False, since=V90),
+    S("HSETEX {k} NX NX FIELDS 1 f v", False, since=V90),
+    S("HSETEX {k} NX XX FIELDS 1 f v", True, since=V90),
+    S("HSETEX {k} XX NX FIELDS 1 f v", True, since=V90),
+    # MSETEX (opt_msetex)
+    S("MSETEX 1 {k} v", False, since=V91), S("MSETEX 2 {k} v {k2} w NX EX 10", False, since=V91),
+    S("MSETEX 0 {k} v", True, since=V91), S("MSETEX 0", True, since=V91),
+    S("MSETEX -1 {k} v", True, since=V91), S("MSETEX x {k} v", True, since=V91),
+    S("MSETEX 01 {k} v", True, since=V91), S("MSETEX 2147483648 {k} v", True, since=V91),
+    S("MSETEX 2 {k} v", True, since=V91), S("MSETEX 2 {k} v {k2}", True, since=V91),
+    S("MSETEX 1 {k} v {k2}", True, since=V91), S("MSETEX 1 {k} v {k2} w", True, since=V91),
+    S("MSETEX 1 {k} v EX 0", True, since=V91), S("MSETEX 1 {k} v EX -1", True, since=V91),
+    S("MSETEX 1 {k} v EX", True, since=V91), S("MSETEX 1 {k} v EX x", True, since=V91),
+    S("MSETEX 1 {k} v PX 9223372036854775807", True, since=V91),
+    S("MSETEX 1 {k} v NX XX", True, since=V91), S("MSETEX 1 {k} v XX NX", True, since=V91),
+    S("MSETEX 1 {k} v EX 10 PX 10", True, since=V91),
+    S("MSETEX 1 {k} v EX 10 EX 20", False, since=V91),
+    S("MSETEX 1 {k} v KEEPTTL EX 10", True, since=V91),
+    S("MSETEX 1 {k} v EX 10 KEEPTTL", True, since=V91),
+    S("MSETEX 1 {k} v NX NX", False, since=V91),
+    S("MSETEX 1 {k} v KEEPTTL KEEPTTL", False, since=V91),
+    S("MSETEX 1 {k} v GET", True, since=V91), S("MSETEX 1 {k} v FOO", True, since=V91),
+    S("MSETEX 1 {k} v xx keepttl", False, since=V91),
+    S("MSETEX 1 {k} v EX 10 NX", False, since=V91),
 ]
 
 
@@ -381,10 +613,12 @@ class TableAnswer:
             self.keys[int(argi)] = (effect, unit, int(ttl_argi))
 
 
-def table_answers(command_eval, argvs):
-    """command_keys() for each argv (a list of bytes), in order."""
+def table_answers(command_eval, argvs, server=None):
+    """command_keys() for each argv (a list of bytes), in order, with the
+    table as server (kind, version) has it (None: command_eval's default)."""
     text = "".join(" ".join(a.hex() for a in argv) + "\n" for argv in argvs)
-    out = subprocess.run([command_eval], input=text, capture_output=True, text=True,
+    cmd = [command_eval] + (["--server", server_arg(server)] if server else [])
+    out = subprocess.run(cmd, input=text, capture_output=True, text=True,
                          check=True, timeout=30).stdout
     lines = out.splitlines()
     assert len(lines) == len(argvs), out
@@ -428,11 +662,13 @@ def outcome_b(pttl):
 
 
 class Probe:
-    """Runs the experiments on one redis-server (database DB)."""
+    """Runs the experiments on one redis-server or valkey-server (database
+    DB). .server: what it is, ("valkey", (9, 1, 2))."""
 
     def __init__(self, port, host="127.0.0.1"):
         self.r = redis.Redis(host=host, port=port, db=DB, socket_timeout=30)
         self.r.ping()
+        self.server = identify(self.r)
         # Where MOVE puts keys: emptied of the case's keys around each case.
         self.next_db = redis.Redis(host=host, port=port, db=DB + 1, socket_timeout=30)
         self.r.set(PREFIX + "dumped", "restored")
@@ -442,6 +678,7 @@ class Probe:
             "script_get": SCRIPT_GET.encode(),
             "sha_set": self.r.script_load(SCRIPT_SET).encode(),
             "sha_get": self.r.script_load(SCRIPT_GET).encode(),
+            "attr": b'{"size": 3}',
         }
         self.r.delete(PREFIX + "dumped")
         self.r.execute_command("FUNCTION LOAD REPLACE", LIBRARY)
@@ -573,13 +810,19 @@ class Result:
 
 def row_name(argv):
     name = argv[0].decode().lower()
-    return name + "|" + argv[1].decode().lower() if name in ("xgroup", "function") else name
+    if name in ("xgroup", "function", "cluster"):
+        return name + "|" + argv[1].decode().lower()
+    return name
 
 
-def run_cases(probe, command_eval, cases=CASES):
-    """Every case and key: a Result, .problem set when table and server disagree."""
+def run_cases(probe, command_eval, cases=CASES, server=None):
+    """Every case the server has (server: (kind, version), default the
+    probe's) and every key of it: a Result, .problem set when table and
+    server disagree."""
+    server = server or probe.server
+    cases = [c for c in cases if c.applies(server)]
     argvs = [probe.argv(c.cmd) for c in cases]
-    answers = table_answers(command_eval, argvs)
+    answers = table_answers(command_eval, argvs, server)
     results = []
     for case, argv, ans in zip(cases, argvs, answers):
         now_ms = int(time.time() * 1000)
@@ -619,14 +862,23 @@ def run_carry(probe):
     return out
 
 
-def run_syntax(probe, command_eval):
-    """[(cmd, refused_by_server, table_rc, problem)]."""
-    argvs = [probe.argv(case[0]) for case in SYNTAX_CASES]
-    answers = table_answers(command_eval, argvs)
+def syntax_cases(server):
+    """The SYNTAX_CASES the server (kind, version) has, as Syntax objects."""
+    cases = [c if isinstance(c, Syntax) else Syntax(*c) for c in SYNTAX_CASES]
+    return [c for c in cases if c.applies(server)]
+
+
+def run_syntax(probe, command_eval, server=None):
+    """[(cmd, refused_by_server, table_rc, problem)] for the cases the server
+    has (server: (kind, version), default the probe's)."""
+    server = server or probe.server
+    cases = syntax_cases(server)
+    argvs = [probe.argv(case.cmd) for case in cases]
+    answers = table_answers(command_eval, argvs, server)
     out = []
-    for case, argv, ans in zip(SYNTAX_CASES, argvs, answers):
-        cmd, expect = case[:2]
-        refused = probe.refused(argv, *case[2:])
+    for case, argv, ans in zip(cases, argvs, answers):
+        cmd, expect = case.cmd, case.refused
+        refused = probe.refused(argv, case.kind)
         problem = None
         if refused != expect:
             problem = "the case expects the server to %s it" % ("refuse" if expect else "accept")
@@ -639,7 +891,11 @@ def run_syntax(probe, command_eval):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--port", type=int, required=True, help="redis-server port (loopback)")
+    ap.add_argument("--port", type=int, required=True,
+                    help="redis-server or valkey-server port (loopback)")
+    ap.add_argument("--server", type=parse_server, metavar="NAME:VERSION",
+                    help="the server whose cases and table to run (redis:8.0.6, "
+                    "valkey:9.1.2); default: the one on --port, from its INFO server")
     ap.add_argument("--eval", help="a built command_eval binary")
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "libttlguard_core.a"),
                     help="libttlguard_core.a to build command_eval with (default %(default)s)")
@@ -650,9 +906,14 @@ def main():
         command_eval = args.eval or build_command_eval(args.lib, tmp)
         probe = Probe(args.port)
         try:
-            results = run_cases(probe, command_eval)
+            server = args.server or probe.server
+            if server != probe.server:
+                print("warning: the server on %d is %s; running %s's cases and table"
+                      % (args.port, server_arg(probe.server), server_arg(server)))
+            print("server %s" % server_arg(server))
+            results = run_cases(probe, command_eval, server=server)
             carry = run_carry(probe)
-            syntax = run_syntax(probe, command_eval)
+            syntax = run_syntax(probe, command_eval, server=server)
         finally:
             probe.close()
 
