@@ -713,6 +713,10 @@ static int opt_lmove(int argc, const struct slice *argv, unsigned feat, struct s
 #define ROW_SPAN(r, ru, v, vu, name_, arity_, flags_, opts, ...) \
     { .name = (name_), .arity = (arity_), .flags = (flags_), .options = (opts), \
       .r_since = (r), .r_until = (ru), .v_since = (v), .v_until = (vu), KEYSPECS(__VA_ARGS__) }
+/* A blocking write that Redis 7.0 flags noscript and later servers do not. */
+#define BLOCKING_NS_UNTIL_72(name_, arity_, opts, ...) \
+    ROW_SPAN(0, R72, NEVER, 0, name_, arity_, W | BLK | NS, opts, __VA_ARGS__), \
+    ROW_SPAN(R72, 0, 0, 0, name_, arity_, W | BLK, opts, __VA_ARGS__)
 #define CONTAINER_SINCE(r, v, name_, arity_, flags_, subs_) \
     { .name = (name_), .arity = (arity_), .flags = (flags_), .subs = (subs_), \
       .nsubs = (int)(sizeof(subs_) / sizeof((subs_)[0])), .r_since = (r), .v_since = (v) }
@@ -785,33 +789,16 @@ const struct command command_table[] = {
     ROW("bitfield", -2, W, opt_bitfield, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("bitop", -4, W, opt_bitop,
         KEY("destination", AT(2), OVERWRITE), KEY("source", RANGE(3, -1, 1), NONE)),
-    /* noscript in Redis 7.0 only */
-    ROW_SPAN(0, R72, NEVER, 0, "blmove", 6, W | BLK | NS, opt_lmove,
-             KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
-    ROW_SPAN(R72, 0, 0, 0, "blmove", 6, W | BLK, opt_lmove,
-             KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    BLOCKING_NS_UNTIL_72("blmove", 6, opt_lmove,
+                         KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     ROW("blmpop", -5, W | BLK, NULL, KEY("key", NUMKEYS(2, 1), NONE)),
-    ROW_SPAN(0, R72, NEVER, 0, "blpop", -3, W | BLK | NS, NULL,
-             KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW_SPAN(R72, 0, 0, 0, "blpop", -3, W | BLK, NULL,
-             KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW_SPAN(0, R72, NEVER, 0, "brpop", -3, W | BLK | NS, NULL,
-             KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW_SPAN(R72, 0, 0, 0, "brpop", -3, W | BLK, NULL,
-             KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW_SPAN(0, R72, NEVER, 0, "brpoplpush", 4, W | BLK | NS, NULL,
-             KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
-    ROW_SPAN(R72, 0, 0, 0, "brpoplpush", 4, W | BLK, NULL,
-             KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    BLOCKING_NS_UNTIL_72("blpop", -3, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    BLOCKING_NS_UNTIL_72("brpop", -3, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    BLOCKING_NS_UNTIL_72("brpoplpush", 4, NULL,
+                         KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     ROW("bzmpop", -5, W | BLK, NULL, KEY("key", NUMKEYS(2, 1), NONE)),
-    ROW_SPAN(0, R72, NEVER, 0, "bzpopmax", -3, W | BLK | NS, NULL,
-             KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW_SPAN(R72, 0, 0, 0, "bzpopmax", -3, W | BLK, NULL,
-             KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW_SPAN(0, R72, NEVER, 0, "bzpopmin", -3, W | BLK | NS, NULL,
-             KEY("key", RANGE(1, -2, 1), NONE)),
-    ROW_SPAN(R72, 0, 0, 0, "bzpopmin", -3, W | BLK, NULL,
-             KEY("key", RANGE(1, -2, 1), NONE)),
+    BLOCKING_NS_UNTIL_72("bzpopmax", -3, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    BLOCKING_NS_UNTIL_72("bzpopmin", -3, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
     /* The destination gets the source's TTL, or none: without REPLACE an
      * existing destination is left alone. */
     CONTAINER_SINCE(NEVER, V90, "cluster", -2, W | CMD_PARTIAL, cluster_subs),

@@ -66,34 +66,24 @@ run_pass() {
     fi
 }
 
-# The integration tests again with a backend connection per client
-# (multiplex = off; the default shares them).
-run_one_to_one() {
-    local name=$1 dir=$2
-    echo "== [$name] integration tests, multiplex = off"
-    if ! TTLG_PROXY_CONF="multiplex=off" TTLG_BIN="$PWD/$dir/ttlguard" \
+# The integration tests again, under a label, with environment settings:
+# a backend connection per client (TTLG_PROXY_CONF=multiplex=off; the default
+# shares them), or another server (TTLG_REDIS_SERVER: the harness starts it
+# instead of redis-server).
+run_integration() {
+    local name=$1 dir=$2 label=$3
+    shift 3
+    echo "== [$name] integration tests, $label"
+    if ! env "$@" TTLG_BIN="$PWD/$dir/ttlguard" \
             /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"; then
-        failed=1; summary+=("$name integration (1:1): FAILED")
+        failed=1; summary+=("$name integration ($label): FAILED")
     else
-        summary+=("$name integration (1:1): ok")
-    fi
-}
-
-# The integration tests against another server: the harness starts
-# TTLG_REDIS_SERVER instead of redis-server.
-run_server() {
-    local name=$1 dir=$2 server=$3 version=$4 path=$5
-    echo "== [$name] integration tests against $server $version ($path)"
-    if ! TTLG_REDIS_SERVER="$path" TTLG_BIN="$PWD/$dir/ttlguard" \
-            /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"; then
-        failed=1; summary+=("$name integration ($server $version): FAILED")
-    else
-        summary+=("$name integration ($server $version): ok")
+        summary+=("$name integration ($label): ok")
     fi
 }
 
 run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-run_one_to_one release build
+run_integration release build 1:1 TTLG_PROXY_CONF=multiplex=off
 # servers.sh prints "NAME VERSION PATH" per server it has; a server it cannot
 # fetch or build makes it exit 1, and the run fails (the others still run).
 echo "== [servers] tests/servers.sh redis-8.0 valkey-8.1 valkey-9.1"
@@ -102,7 +92,7 @@ servers=$(bash tests/servers.sh redis-8.0 valkey-8.1 valkey-9.1) || servers_rc=$
 mapfile -t server_lines < <(grep . <<<"$servers" || true)
 for line in "${server_lines[@]}"; do
     read -r server version path <<<"$line"
-    run_server release build "$server" "$version" "$path"
+    run_integration release build "$server $version" TTLG_REDIS_SERVER="$path"
 done
 if [ "$servers_rc" -ne 0 ] || [ "${#server_lines[@]}" -ne 3 ]; then
     echo "== [servers] tests/servers.sh failed (exit $servers_rc): not every server could be fetched or built" >&2

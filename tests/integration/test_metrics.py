@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -232,6 +233,22 @@ def test_config_reloads_are_counted(redis_srv, make_proxy):
     os.kill(p.pid, signal.SIGHUP)
     wait_for(lambda: value(scrape(admin), "ttlguard_config_reloads_total", result="rejected") == 1,
              5, "the refused reload")
+
+
+def test_backend_server_and_its_commands(redis_srv, make_proxy):
+    """The backend's name and version, as the control connection read them,
+    and how many of its commands the table knows for that version."""
+    p, admin = proxy_with_admin(make_proxy, redis_srv)
+    name, version = harness.server_identity(redis_srv.port)
+    text = ".".join(map(str, version))
+    wait_for(lambda: value(scrape(admin), "ttlguard_backend_server_info", server=name,
+                           version=text, source="backend") == 1, 5, "the backend's identity")
+    m = scrape(admin)
+    printed = subprocess.run([harness.TTLG_BIN, "commands", "--server", "%s:%s" % (name, text)],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    assert value(m, "ttlguard_backend_commands", **{"from": "table"}) == len(printed.splitlines())
+    assert value(m, "ttlguard_backend_commands", **{"from": "derived"}) == 0
+    assert value(m, "ttlguard_backend_commands", **{"from": "unjudged"}) == 0
 
 
 # --------------------------------------------------------------------------
