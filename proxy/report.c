@@ -493,6 +493,7 @@ struct report {
     struct tally unverified;    /* command, detail */
     struct tally rejected;      /* config, reason */
     struct tally policy;        /* level, message */
+    struct tally server;        /* "server version", level, message: not ok */
     uint64_t total_violations, reloads, starts;
     char hash_id[32];           /* of the log_opened seen last in the current file */
 };
@@ -594,6 +595,10 @@ static void event(struct report *r, const struct jobj *o)
         struct slice level = str(o, "level");
         if (!slice_eq_nocase(level, "ok"))
             tally_add(&r->policy, level, str(o, "message"), none, none, 1);
+    } else if (slice_eq_nocase(ev, "backend_server")) {
+        struct slice level = str(o, "level");
+        if (!slice_eq_nocase(level, "ok"))
+            tally_add(&r->server, str(o, "server"), str(o, "version"), level, str(o, "message"), 1);
     } else if (slice_eq_nocase(ev, "log_opened")) {
         struct slice h = str(o, "hash_id");
         snprintf(r->hash_id, sizeof r->hash_id, "%.*s", (int)(h.len < 31 ? h.len : 31), h.p);
@@ -782,6 +787,22 @@ static void print_report(struct report *r, int nfiles, size_t top)
         }
         free(v);
     }
+    if (r->server.n > 0) {
+        printf("\nBackend server\n");
+        v = tally_sorted(&r->server);
+        for (size_t i = 0; i < r->server.n; i++) {
+            printf("  ");
+            show(v[i]->part[0]);
+            printf(" ");
+            show(v[i]->part[1]);
+            printf(" (");
+            show(v[i]->part[2]);
+            printf("): ");
+            show(v[i]->part[3]);
+            printf("\n");
+        }
+        free(v);
+    }
 }
 
 static void report_free(struct report *r)
@@ -805,6 +826,7 @@ static void report_free(struct report *r)
     tally_free(&r->unverified);
     tally_free(&r->rejected);
     tally_free(&r->policy);
+    tally_free(&r->server);
 }
 
 static void usage(FILE *out)

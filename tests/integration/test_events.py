@@ -459,6 +459,26 @@ def test_report_summarises_the_log(redis_srv, make_proxy, tmp_path):
     assert "Violations: %d" % (2 * sum(want.values())) in r2.stdout.decode()
 
 
+def test_report_shows_backend_server_warnings(tmp_path):
+    """A backend whose identity could not be read is worth a line; an ok one is not."""
+    log = tmp_path / "events.jsonl"
+    log.write_text(
+        '{"ts":"2026-12-01T10:00:00.000Z","event":"backend_server","server":"redis",'
+        '"version":"7.0.0","source":"assumed","level":"warn","message":"the backend\'s name '
+        'and version are unknown (INFO server refused)","table_commands":124,'
+        '"derived_commands":0,"unjudged_commands":0}\n'
+        '{"ts":"2026-12-01T10:00:01.000Z","event":"backend_server","server":"valkey",'
+        '"version":"9.1.2","source":"backend","level":"ok","table_commands":138,'
+        '"derived_commands":0,"unjudged_commands":0}\n')
+    r = run_report(str(log))
+    assert r.returncode == 0, r.stderr
+    lines = [" ".join(l.split()) for l in r.stdout.decode().splitlines()]
+    assert "Backend server" in lines, lines
+    assert ("redis 7.0.0 (warn): the backend's name and version are unknown "
+            "(INFO server refused)") in lines, lines
+    assert not any("valkey" in l for l in lines), lines
+
+
 def test_report_unreadable_file_exits_2(tmp_path):
     if not os.path.exists(harness.TTLG_BIN):
         pytest.skip("no ttlguard binary")
