@@ -226,6 +226,23 @@ static void resolve_backend(struct server *srv)
         log_warn("backend: %s", err);
 }
 
+/* A backend at the proxy's own listen address would have every session
+ * connect to the proxy itself, each one opening the next, until the file
+ * descriptors run out. Refused (as written: a host name for the same
+ * address is not caught). */
+static int backend_is_self(const struct addr *listen, const struct addr *backend, char *err,
+                           size_t errlen)
+{
+    char a[300];
+
+    if (listen->is_unix != backend->is_unix || listen->port != backend->port ||
+        strcmp(listen->host, backend->host) != 0)
+        return 0;
+    addr_format(backend, a, sizeof a);
+    snprintf(err, errlen, "backend %s is ttlguard's own listen address", a);
+    return 1;
+}
+
 /* SIGHUP: read the config again. A config with errors is refused and the old
  * one stays; a good one applies to the next request of every session. The
  * listen and backend addresses apply to new sessions. */
@@ -249,7 +266,8 @@ static void reload(struct server *srv)
 
     struct addr listen_addr = srv->listen_addr, backend_addr = srv->backend_addr;
     if ((!srv->listen_override && addr_parse(cfg->listen, &listen_addr, err, sizeof err) != 0) ||
-        (!srv->backend_override && addr_parse(cfg->backend, &backend_addr, err, sizeof err) != 0)) {
+        (!srv->backend_override && addr_parse(cfg->backend, &backend_addr, err, sizeof err) != 0) ||
+        backend_is_self(&listen_addr, &backend_addr, err, sizeof err)) {
         log_error("SIGHUP: config refused, keeping the running one: %s", err);
         events_config_rejected(path, err);
         config_free(cfg);
@@ -330,7 +348,8 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     if (addr_parse(listen_override ? listen_override : cfg->listen, &srv->listen_addr,
                    err, sizeof err) != 0 ||
         addr_parse(backend_override ? backend_override : cfg->backend, &srv->backend_addr,
-                   err, sizeof err) != 0) {
+                   err, sizeof err) != 0 ||
+        backend_is_self(&srv->listen_addr, &srv->backend_addr, err, sizeof err)) {
         log_error("%s", err);
         return 1;
     }

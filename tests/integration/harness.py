@@ -61,14 +61,25 @@ def slow(seconds):
     return seconds * SLOW
 
 
+_ports_given = set()
+
+
 def free_port():
-    """A loopback port nobody listens on right now (bind to 0, read it)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+    """A loopback port nobody listens on right now (bind to 0, read it), and
+    not one this process was given before: a port reserved for a server that
+    is not started yet (a backend that is down) is free to the kernel, and
+    handing it out again would point a proxy at itself."""
+    for _ in range(100):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        finally:
+            s.close()
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
+    raise RuntimeError("no fresh loopback port in 100 tries")
 
 
 def vmrss_kb(pid):

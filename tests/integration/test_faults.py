@@ -3,16 +3,33 @@ Faults: the backend down, restarted or killing a connection; clients going
 away; SIGTERM with requests in flight.
 """
 
+import os
 import re
 import signal
 import socket
+import subprocess
 import time
 
 import pytest
 
+import harness
 from harness import Conn, RedisServer, client_list, enc, slow, wait_for
 
 BACKEND_DOWN_RE = re.compile(rb"^-ERR .*backend.*unavailable", re.I)
+
+
+def test_backend_at_the_proxys_own_address_is_refused():
+    """Every session would connect to the proxy itself, each opening the
+    next, until the descriptors run out: refused at start, with the reason."""
+    if not os.path.exists(harness.TTLG_BIN):
+        msg = "ttlguard binary %s does not exist" % harness.TTLG_BIN
+        pytest.fail(msg) if harness.TTLG_BIN_EXPLICIT else pytest.skip(msg)
+    port = harness.free_port()
+    addr = "127.0.0.1:%d" % port
+    r = subprocess.run([harness.TTLG_BIN, "--listen", addr, "--backend", addr],
+                       capture_output=True, text=True, timeout=slow(10))
+    assert r.returncode == 1, r
+    assert "backend %s is ttlguard's own listen address" % addr in r.stderr, r.stderr
 
 
 def test_backend_down_at_connect(tmp_path, make_proxy):
