@@ -1044,6 +1044,24 @@ static void select_shared(struct session *s, const struct request *req,
         queue_local(s, "+OK\r\n", 5, 1);
 }
 
+/* AUTH, or HELLO ... AUTH. Redis 8.0 and Valkey 8.1 send no reply at all to a
+ * failed AUTH that arrives while an earlier reply of the connection is still
+ * pending (redis#15640): the proxy, which pairs replies with requests by
+ * count, would then give every later reply to the wrong request. On its own
+ * connection a session sends one only when nothing is owed (the shared
+ * connection is left for one that way already). */
+static int authenticates(const struct request *req, enum cmd_id id)
+{
+    if (id == CID_AUTH)
+        return 1;
+    if (id != CID_HELLO)
+        return 0;
+    for (int i = 2; i < req->argc; i++)
+        if (slice_eq_nocase(req->argv[i], "auth"))
+            return 1;
+    return 0;
+}
+
 static enum handled handle_request(struct session *s, const struct request *req)
 {
     struct req_plan pl = { .ci = command_resolve(s->srv->commands, req->argv[0].p,
@@ -1052,6 +1070,8 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (s->mode == SM_OWN && s->srv->cfg->multiplex)
         consider_sharing(s, req, pl.ci);
     enum route rt = s->mode == SM_SHARED ? shared_route(s, req, pl.ci) : RT_HERE;
+    if (s->mode == SM_OWN && s->qlen > 0 && authenticates(req, pl.id))
+        return HR_WAIT;
     if (s->mode == SM_OWN)
         s->served++;
     if (rt == RT_PIN)
@@ -1153,9 +1173,9 @@ static void process_input(struct session *s, const char *data, size_t len, int i
         }
         enum handled h = handle_request(s, &req);
         if (h != HR_DONE) {
-            /* Leave the shared connection, or move to another one: this
-             * request and the ones after it wait in ibuf until the replies
-             * owed there are in. */
+            /* Leave the shared connection, or move to another one, or
+             * authenticate: this request and the ones after it wait in ibuf
+             * until the replies owed are in. */
             pos = (size_t)(req.raw.p - data);
             req_framer_rewind(s->framer);
             if (h == HR_PIN)
@@ -1289,6 +1309,10 @@ static void be_read_end(struct bconn *b)
     if (s->replaying && s->qlen == 0) {
         s->replaying = 0;
         serve_waiting(s);
+    }
+    if (s->switch_wait && s->qlen == 0 && !s->closing) {
+        s->switch_wait = 0;         /* an AUTH waited for the replies owed */
+        process_input(s, s->ibuf, s->ilen, 1);
     }
     if (!s->closing)
         session_resume(s);

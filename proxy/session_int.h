@@ -84,7 +84,8 @@ struct session {
     int mux_owed;                   /* replies owed for bytes not yet handed to the mux */
 
     unsigned pin_wait:1;            /* a stateful request waits for a dedicated connection */
-    unsigned switch_wait:1;         /* a SELECT/HELLO waits to move to another shared one */
+    unsigned switch_wait:1;         /* a SELECT/HELLO waits to move to another shared one,
+                                       or an AUTH for the replies owed (own connection) */
     unsigned was_shared:1;          /* its own connection gets the state replayed */
     unsigned replaying:1;           /* ... and the client waits until Redis has answered it */
     unsigned no_evict:1;            /* CLIENT NO-EVICT ON (replayed after sharing) */

@@ -521,6 +521,32 @@ def _auth_error_dropped_behind_reply(redis, password):
         return False
 
 
+@pytest.mark.parametrize("conf", [MUX, {"multiplex": "off"}], ids=["mux", "1to1"])
+def test_pipelined_failed_auth_keeps_replies_paired(make_redis, make_proxy, conf):
+    """A failed AUTH behind a pending reply: on servers that drop its reply
+    (see _auth_error_dropped_behind_reply) the proxy, pairing replies by
+    count, would hand every later reply to the wrong request. It sends an
+    AUTH only once the replies owed are in, so each request gets its own
+    reply on every server (straight to such a server the client gets one
+    reply fewer)."""
+    redis = make_redis(["--requirepass", "secret"])
+    proxy = make_proxy(redis, dict(conf), expect=b"-NOAUTH")
+    with Conn(proxy.port) as c:
+        c.send(enc("GET", "x") + enc("AUTH", "wrong") + enc("GET", "x") +
+               enc("HELLO", "2", "AUTH", "default", "wrong") + enc("AUTH", "secret") +
+               enc("SET", "x", "1") + enc("GET", "x"))
+        out = raw_replies(c, 7)
+    assert out[0].startswith(b"-NOAUTH") and out[1].startswith(b"-WRONGPASS"), out
+    assert out[2].startswith(b"-NOAUTH") and out[3].startswith(b"-WRONGPASS"), out
+    assert out[4:] == [b"+OK\r\n", b"+OK\r\n", b"$1\r\n1\r\n"], out
+    if not _auth_error_dropped_behind_reply(redis, "secret"):
+        with Conn(redis.port) as d:
+            d.send(enc("GET", "x") + enc("AUTH", "wrong") + enc("GET", "x") +
+                   enc("HELLO", "2", "AUTH", "default", "wrong") + enc("AUTH", "secret") +
+                   enc("SET", "x", "1") + enc("GET", "x"))
+            assert raw_replies(d, 7) == out
+
+
 def test_requirepass_every_client_one_to_one(make_redis, make_proxy):
     redis = make_redis(["--requirepass", "secret"])
     proxy = make_proxy(redis, dict(MUX), expect=b"-NOAUTH")
