@@ -178,13 +178,15 @@ static struct name_slot *slot_add(struct command_set *set, const char *name)
     char folded[NAME_MAX_LEN];
     size_t len = strlen(name);
 
+    struct name_slot *found = (struct name_slot *)slot_find(set, name, len);
+
+    if (found != NULL)
+        return found;
     if (len == 0 || len > NAME_MAX_LEN || set->nowned + known_names_n >= NAME_SLOTS / 2)
         return NULL;
     uint32_t i = name_hash(name, len, folded) & (NAME_SLOTS - 1);
-    for (; set->slots[i].name != NULL; i = (i + 1) & (NAME_SLOTS - 1)) {
-        if (set->slots[i].len == len && memcmp(set->slots[i].name, folded, len) == 0)
-            return &set->slots[i];
-    }
+    while (set->slots[i].name != NULL)
+        i = (i + 1) & (NAME_SLOTS - 1);
     set->slots[i].name = name;
     set->slots[i].len = len;
     set->slots[i].info.feat = (unsigned char)set->feat;
