@@ -24,6 +24,7 @@
 #include <hiredis/hiredis.h>
 
 #include "admin.h"
+#include "backend.h"
 #include "commands.h"
 #include "events.h"
 #include "server.h"
@@ -62,19 +63,13 @@ struct admin_conn {
     struct evbuf held;          /* read but not parsed yet */
 };
 
-/* One backend check in flight; freed when its handle has closed. */
+/* One backend check in flight: a backend connection of its own (backend.c:
+ * the proxy's AUTH and TLS as every connection has them), PING, the answer.
+ * Freed when the connection has closed. */
 struct hcheck {
-    union {
-        uv_handle_t handle;
-        uv_stream_t stream;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } conn;
-    uv_connect_t creq;
-    uv_write_t wreq;
-    struct evbuf out;           /* AUTH and PING */
-    redisReader *reader;
-    int auth_pending;           /* the next reply answers AUTH */
+    struct bconn be;
+    char text[256];             /* the reply to PING as it arrives */
+    size_t tlen;
 };
 
 /* A queued answer: freed in its write callback. */
@@ -287,6 +282,9 @@ static void render_metrics(struct evbuf *b)
              "Commands refused with a -TTLGUARD error.", st->rejected);
     m_single(b, "ttlguard_protocol_errors_total", "counter",
              "Client connections closed for a RESP protocol error.", st->protocol_errors);
+    m_single(b, "ttlguard_tls_handshake_errors_total", "counter",
+             "TLS client connections whose handshake failed or timed out.",
+             st->tls_handshake_errors);
 
     m_family(b, "ttlguard_bytes_total", "counter", "Bytes moved, by direction.");
     m_sample(b, "ttlguard_bytes_total", "direction=\"client_to_proxy\"", st->bytes_from_clients);
@@ -420,15 +418,6 @@ static void health_answer(struct admin_conn *c, int head, int keep_alive)
     answer_text(c, 503, text, head, keep_alive, NULL);
 }
 
-static void on_check_closed(uv_handle_t *h)
-{
-    struct hcheck *hc = h->data;
-    if (hc->reader != NULL)
-        redisReaderFree(hc->reader);
-    free(hc->out.p);
-    free(hc);
-}
-
 /* The check is over: remember, answer everyone waiting, let go of the
  * connection. */
 static void health_done(struct hcheck *hc, int ok, const char *reason)
@@ -437,7 +426,7 @@ static void health_done(struct hcheck *hc, int ok, const char *reason)
         return;
     adm.check = NULL;
     uv_timer_stop(&adm.check_timer);
-    uv_close(&hc->conn.handle, on_check_closed);
+    bconn_close(&hc->be);
 
     adm.health_known = 1;
     adm.health_at = uv_now(adm.srv->loop);
@@ -462,149 +451,68 @@ static void on_check_timeout(uv_timer_t *t)
         health_done(adm.check, 0, "no answer to PING within 1 s");
 }
 
-static void check_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void check_ready(struct bconn *b)
 {
-    static char rbuf[4096];
-    *buf = uv_buf_init(rbuf, sizeof rbuf);
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    bconn_write_bytes(b, ping, sizeof ping - 1);
 }
 
-/* A reply's text for a message: "-ERR ..." without the dash. */
-static void reply_text(const redisReply *r, char *out, size_t outlen)
+static void check_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
 {
-    if (r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STATUS)
-        snprintf(out, outlen, "%.*s", (int)(r->len > 200 ? 200 : r->len), r->str);
-    else
-        snprintf(out, outlen, "a reply of type %d", r->type);
-}
-
-static void on_check_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
-{
-    struct hcheck *hc = st->data;
-    char msg[300], text[256];
-    if (nread == 0)
-        return;
-    if (nread < 0) {
-        snprintf(msg, sizeof msg, "connection lost before the PING answer: %s",
-                 nread == UV_EOF ? "closed by the server" : uv_strerror((int)nread));
-        health_done(hc, 0, msg);
-        return;
-    }
-    if (redisReaderFeed(hc->reader, buf->base, (size_t)nread) != REDIS_OK) {
-        health_done(hc, 0, "unreadable reply");
-        return;
-    }
-    for (;;) {
-        void *reply = NULL;
-        if (redisReaderGetReply(hc->reader, &reply) != REDIS_OK) {
-            health_done(hc, 0, "protocol error in the reply");
-            return;
-        }
-        if (reply == NULL)
-            return;
-        redisReply *r = reply;
-        reply_text(r, text, sizeof text);
-        int is_ok = r->type == REDIS_REPLY_STATUS;
-        if (hc->auth_pending) {
-            hc->auth_pending = 0;
-            is_ok = is_ok && strcmp(r->str, "OK") == 0;
-            freeReplyObject(r);
-            if (!is_ok) {
-                snprintf(msg, sizeof msg, "AUTH refused: %s", text);
-                health_done(hc, 0, msg);
-                return;
-            }
-            continue;
-        }
-        is_ok = is_ok && strcmp(r->str, "PONG") == 0;
-        freeReplyObject(r);
-        if (is_ok) {
-            health_done(hc, 1, "ok");
-        } else {
-            snprintf(msg, sizeof msg, "PING answered %s", text);
-            health_done(hc, 0, msg);
-        }
-        return;
-    }
-}
-
-static void on_check_written(uv_write_t *req, int status)
-{
-    /* Errors show up as a failed read. */
-}
-
-static void append_command(struct evbuf *b, int argc, const char **argv)
-{
-    evbuf_printf(b, "*%d\r\n", argc);
-    for (int i = 0; i < argc; i++) {
-        evbuf_printf(b, "$%zu\r\n", strlen(argv[i]));
-        evbuf_adds(b, argv[i]);
-        evbuf_add(b, "\r\n", 2);
-    }
-}
-
-static void on_check_connect(uv_connect_t *req, int status)
-{
-    struct hcheck *hc = req->data;
+    struct hcheck *hc = b->owner;
     char msg[300];
-    if (status < 0) {
-        if (status != UV_ECANCELED) {
-            snprintf(msg, sizeof msg, "cannot connect: %s", uv_strerror(status));
-            health_done(hc, 0, msg);
-        }
+    size_t k = n < sizeof hc->text - 1 - hc->tlen ? n : sizeof hc->text - 1 - hc->tlen;
+    memcpy(hc->text + hc->tlen, p, k);
+    hc->tlen += k;
+    if (!done)
+        return;
+    hc->text[hc->tlen] = '\0';
+    if (strcmp(hc->text, "+PONG\r\n") == 0) {
+        health_done(hc, 1, "ok");
         return;
     }
-    const struct config *cfg = adm.srv->cfg;
-    if (cfg->backend_password != NULL) {
-        const char *argv[3] = { "AUTH", cfg->backend_username, cfg->backend_password };
-        if (cfg->backend_username != NULL) {
-            append_command(&hc->out, 3, argv);
-        } else {
-            argv[1] = cfg->backend_password;
-            append_command(&hc->out, 2, argv);
-        }
-        hc->auth_pending = 1;
-    }
-    const char *ping[1] = { "PING" };
-    append_command(&hc->out, 1, ping);
-    uv_buf_t buf = uv_buf_init(hc->out.p, (unsigned)hc->out.len);
-    int r = uv_write(&hc->wreq, &hc->conn.stream, &buf, 1, on_check_written);
-    if (r == 0)
-        r = uv_read_start(&hc->conn.stream, check_alloc, on_check_read);
-    if (r < 0) {
-        snprintf(msg, sizeof msg, "cannot send PING: %s", uv_strerror(r));
-        health_done(hc, 0, msg);
-    }
+    hc->text[strcspn(hc->text, "\r\n")] = '\0';
+    snprintf(msg, sizeof msg, "PING answered %.200s", hc->text + (type == '-' || type == '+'));
+    health_done(hc, 0, msg);
 }
+
+static void check_read_end(struct bconn *b)
+{
+}
+
+static void check_failed(struct bconn *b, const char *why, int was_ready)
+{
+    char msg[300];
+    if (was_ready)
+        snprintf(msg, sizeof msg, "connection lost before the PING answer: %s", why);
+    else if (strncmp(why, "AUTH refused", 12) == 0)
+        snprintf(msg, sizeof msg, "%s", why);
+    else
+        snprintf(msg, sizeof msg, "cannot connect: %s", why);
+    health_done(b->owner, 0, msg);
+}
+
+static void check_closed(struct bconn *b)
+{
+    free(b->owner);
+}
+
+static void check_written(struct bconn *b, int status)
+{
+}
+
+static const struct bconn_ops check_ops = {
+    check_ready, check_reply, check_read_end, check_failed, check_closed, check_written,
+};
 
 static void health_start(void)
 {
-    const struct addr *a = &adm.srv->backend_addr;
     struct hcheck *hc = xcalloc(1, sizeof *hc);
-    char msg[300];
-    int r;
-
-    hc->reader = redisReaderCreate();
-    hc->conn.handle.data = hc;
-    hc->creq.data = hc;
+    bconn_init(&hc->be, adm.srv, &check_ops, hc);
+    hc->be.counts = 0;          /* not a client's connection */
     adm.check = hc;
     uv_timer_start(&adm.check_timer, on_check_timeout, HEALTH_TIMEOUT_MS, 0);
-    if (a->is_unix) {
-        uv_pipe_init(adm.srv->loop, &hc->conn.pipe, 0);
-        uv_pipe_connect(&hc->creq, &hc->conn.pipe, a->host, on_check_connect);
-        return;
-    }
-    uv_tcp_init(adm.srv->loop, &hc->conn.tcp);
-    struct sockaddr_storage ss;
-    if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss) != 0) {
-        health_done(hc, 0, "backend host is not a numeric address");
-        return;
-    }
-    r = uv_tcp_connect(&hc->creq, &hc->conn.tcp, (struct sockaddr *)&ss, on_check_connect);
-    if (r < 0) {
-        snprintf(msg, sizeof msg, "cannot connect: %s", uv_strerror(r));
-        health_done(hc, 0, msg);
-    }
+    bconn_connect(&hc->be, 1);
 }
 
 /* Answer now from a fresh result, or wait for a check (one for all). */

@@ -905,8 +905,13 @@ static int connect_backend(const struct audit_opts *o, const struct config *cfg,
         return -1;
     }
     addr_format(&a, rep->backend, sizeof rep->backend);
+    if (cfg->backend_tls_ctx != NULL && a.is_unix) {
+        snprintf(err, errlen, "backend_tls = on needs a host:port backend, not %s", backend);
+        return -1;
+    }
     struct aconn *c = aconn_open(&a, cfg->connect_timeout ? cfg->connect_timeout : 3000,
-                                 AUDIT_IO_TIMEOUT_MS, err, errlen);
+                                 AUDIT_IO_TIMEOUT_MS, cfg->backend_tls_ctx,
+                                 cfg->backend_tls_server_name, err, errlen);
     if (c == NULL)
         return -1;
 

@@ -18,6 +18,7 @@
 #include <hiredis/read.h>
 
 #include "audit_conn.h"
+#include "tls.h"
 
 /* One recv() takes up to this much. Large, so a pipelined batch of a few
  * thousand replies arrives in a handful of system calls. */
@@ -31,6 +32,7 @@
 
 struct aconn {
     int fd;
+    struct tls_blocking *tls;   /* NULL: plain */
     redisReader *reader;
     redisReplyObjectFunctions *default_fn; /* hiredis's own, saved at creation */
     char *rbuf;                 /* bytes received, ACONN_RECV_BUF */
@@ -202,7 +204,8 @@ static int dial(const struct addr *a, unsigned timeout_ms, char *err, size_t err
 }
 
 struct aconn *aconn_open(const struct addr *a, unsigned timeout_ms, unsigned io_timeout_ms,
-                         char *err, size_t errlen)
+                         struct tls_context *tls, const char *tls_name, char *err,
+                         size_t errlen)
 {
     char where[300], why[200];
     addr_format(a, where, sizeof where);
@@ -214,9 +217,20 @@ struct aconn *aconn_open(const struct addr *a, unsigned timeout_ms, unsigned io_
     struct timeval tv = { .tv_sec = io_timeout_ms / 1000, .tv_usec = (io_timeout_ms % 1000) * 1000 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct tls_blocking *tb = NULL;
+    if (tls != NULL) {
+        tb = tls_blocking_connect(tls, fd, tls_name != NULL ? tls_name : a->host, why,
+                                  sizeof why);
+        if (tb == NULL) {
+            snprintf(err, errlen, "cannot connect to %s: %s", where, why);
+            close(fd);
+            return NULL;
+        }
+    }
 
     struct aconn *c = xcalloc(1, sizeof *c);
     c->fd = fd;
+    c->tls = tb;
     c->reader = redisReaderCreate();
     if (c->reader == NULL) {
         log_error("out of memory creating a reply reader");
@@ -234,6 +248,7 @@ void aconn_close(struct aconn *c)
 {
     if (c == NULL)
         return;
+    tls_blocking_free(c->tls);
     close(c->fd);
     redisReaderFree(c->reader);
     free(c->rbuf);
@@ -244,7 +259,8 @@ void aconn_close(struct aconn *c)
 int aconn_send(struct aconn *c, const char *buf, size_t len, char *err, size_t errlen)
 {
     while (len > 0) {
-        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+        ssize_t n = c->tls != NULL ? tls_blocking_send(c->tls, buf, len)
+                                   : send(c->fd, buf, len, MSG_NOSIGNAL);
         if (n < 0) {
             /* A signal does not stop a send: half a command would leave the
              * stream unusable, and the caller may still want the replies of
@@ -288,7 +304,8 @@ int aconn_read(struct aconn *c, void **reply, char *err, size_t errlen)
             c->rpos += n;
             continue;
         }
-        ssize_t n = recv(c->fd, c->rbuf, ACONN_RECV_BUF, 0);
+        ssize_t n = c->tls != NULL ? tls_blocking_recv(c->tls, c->rbuf, ACONN_RECV_BUF)
+                                   : recv(c->fd, c->rbuf, ACONN_RECV_BUF, 0);
         if (n == 0) {
             snprintf(err, errlen, "the backend closed the connection");
             return -1;

@@ -2,7 +2,8 @@
  * audit_conn: the blocking RESP2 connection `ttlguard audit` talks over.
  *
  * The audit is one client doing one thing at a time, so it uses a plain
- * blocking socket (TCP or unix:) with send/receive timeouts instead of the
+ * blocking socket (TCP or unix:, TLS over TCP when backend_tls is on: tls.h's
+ * blocking client) with send/receive timeouts instead of the
  * proxy's libuv loop. Replies are parsed by hiredis's redisReader; by default
  * it builds redisReply objects (freed with freeReplyObject), and the scanner
  * swaps in its own redisReplyObjectFunctions to parse pipelined batches
@@ -41,10 +42,15 @@ void abuf_command_key(struct abuf *b, const char *name_resp, size_t name_len,
 
 struct aconn;
 
+struct tls_context;
+
 /* Connect to a within timeout_ms; io_timeout_ms bounds every later send or
- * receive. Returns NULL with the reason in err. Free with aconn_close(). */
+ * receive (and the TLS handshake). tls: speak TLS (backend_tls), verifying
+ * the server as tls_name (NULL: a's host). Returns NULL with the reason in
+ * err. Free with aconn_close(). */
 struct aconn *aconn_open(const struct addr *a, unsigned timeout_ms, unsigned io_timeout_ms,
-                         char *err, size_t errlen);
+                         struct tls_context *tls, const char *tls_name, char *err,
+                         size_t errlen);
 void aconn_close(struct aconn *c);
 
 /* Write all of buf. Signals do not interrupt it (see audit_conn.c). */

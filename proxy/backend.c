@@ -41,7 +41,7 @@ static void bconn_close_handle(struct bconn *b)
 {
     bconn_read_stop(b);
     bconn_set_state(b, BC_CLOSING);
-    uv_close(&b->h.handle, on_bconn_closed);
+    xport_close(&b->x, on_bconn_closed);
 }
 
 void bconn_close(struct bconn *b)
@@ -72,12 +72,12 @@ static void bconn_fail(struct bconn *b, const char *why, int reason_set)
     b->ops->failed(b, why, was_ready);
 }
 
-static void on_bconn_written(void *ctx, uv_stream_t *dst, int status)
+static void on_bconn_written(void *ctx, int status)
 {
     struct bconn *b = ctx;
     if (status < 0) {
         if (status != UV_ECANCELED)
-            bconn_fail(b, uv_strerror(status), 0);
+            bconn_fail(b, xport_strerror(&b->x, status), 0);
         return;
     }
     if (b->state != BC_CLOSING && b->state != BC_IDLE)
@@ -86,23 +86,23 @@ static void on_bconn_written(void *ctx, uv_stream_t *dst, int status)
 
 int bconn_write(struct bconn *b, struct wbatch *wb)
 {
-    int r = wbatch_flush(wb, &b->h.stream, on_bconn_written, b);
+    int r = wbatch_flush(wb, &b->x, on_bconn_written, b);
     if (r < 0)
-        bconn_fail(b, uv_strerror(r), 0);
+        bconn_fail(b, xport_strerror(&b->x, r), 0);
     return r;
 }
 
 int bconn_write_bytes(struct bconn *b, const char *p, size_t n)
 {
-    int r = stream_write(&b->h.stream, p, n, on_bconn_written, b);
+    int r = xport_write(&b->x, p, n, on_bconn_written, b);
     if (r < 0)
-        bconn_fail(b, uv_strerror(r), 0);
+        bconn_fail(b, xport_strerror(&b->x, r), 0);
     return r;
 }
 
 size_t bconn_backlog(const struct bconn *b)
 {
-    return b->state == BC_IDLE ? 0 : uv_stream_get_write_queue_size(&b->h.stream);
+    return b->state == BC_IDLE ? 0 : xport_backlog(&b->x);
 }
 
 /* The answer to the proxy's AUTH: +OK makes the connection ready. */
@@ -129,7 +129,9 @@ static void handshake_reply(struct bconn *b, const char *p, size_t n, int done, 
              "ERR ttlguard: backend %s refused the proxy's AUTH: %.*s",
              srv->backend_name, len > 1 ? (int)len - 1 : 0, text + 1);
     log_error("%s", srv->down_reason + 4);
-    bconn_fail(b, "AUTH refused", 1);
+    char why[240];
+    snprintf(why, sizeof why, "AUTH refused: %.*s", len > 1 ? (int)len - 1 : 0, text + 1);
+    bconn_fail(b, why, 1);
 }
 
 static void bconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -145,7 +147,8 @@ static void bconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     if (nread < 0) {
-        bconn_fail(b, nread == UV_EOF ? "closed by the server" : uv_strerror((int)nread), 0);
+        bconn_fail(b, nread == UV_EOF ? "closed by the server" : xport_strerror(&b->x, (int)nread),
+                   0);
         return;
     }
     loop_clock_update();
@@ -181,7 +184,7 @@ void bconn_read_start(struct bconn *b)
 {
     if (b->reading || (b->state != BC_READY && b->state != BC_HANDSHAKE))
         return;
-    if (uv_read_start(&b->h.stream, bconn_alloc, bconn_on_read) == 0)
+    if (xport_read_start(&b->x, bconn_alloc, bconn_on_read) == 0)
         b->reading = 1;
 }
 
@@ -189,7 +192,7 @@ void bconn_read_stop(struct bconn *b)
 {
     if (!b->reading)
         return;
-    uv_read_stop(&b->h.stream);
+    xport_read_stop(&b->x);
     b->reading = 0;
 }
 
@@ -216,22 +219,15 @@ static void send_auth(struct bconn *b)
     free(req);
 }
 
-static void on_bconn_connect(uv_connect_t *req, int status)
+/* The transport is up (TCP connected, TLS handshake done): the proxy's AUTH,
+ * or ready. */
+static void bconn_connected(struct bconn *b)
 {
-    struct bconn *b = req->data;
-    if (b->state != BC_CONNECTING)
-        return;             /* closed meanwhile (connect timeout) */
-    if (status < 0) {
-        bconn_fail(b, uv_strerror(status), 0);
-        return;
-    }
     b->srv->stats.backend_connects++;
     if (b->counts) {
         b->counted = 1;
         stats_proxy.backend_connections++;
     }
-    if (b->h.handle.type == UV_TCP)
-        uv_tcp_nodelay(&b->h.tcp, 1);
     if (b->auth) {
         bconn_set_state(b, BC_HANDSHAKE);
         bconn_read_start(b);
@@ -241,6 +237,50 @@ static void on_bconn_connect(uv_connect_t *req, int status)
     bconn_set_state(b, BC_READY);
     bconn_read_start(b);
     b->ops->ready(b);
+}
+
+static void on_bconn_tls(struct xport *x, const char *why)
+{
+    struct bconn *b = x->h.handle.data;
+    char text[240];
+    if (b->state != BC_TLS)
+        return;
+    if (why != NULL) {
+        snprintf(text, sizeof text, "TLS: %s", why);
+        bconn_fail(b, text, 0);
+        return;
+    }
+    bconn_connected(b);
+}
+
+/* The name the backend's certificate must carry: backend_tls_server_name,
+ * or the host of the backend address. */
+static const char *tls_name(const struct server *srv)
+{
+    const char *name = srv->cfg->backend_tls_server_name;
+    return name != NULL ? name : srv->backend_addr.host;
+}
+
+static void on_bconn_connect(uv_connect_t *req, int status)
+{
+    struct bconn *b = req->data;
+    struct server *srv = b->srv;
+    if (b->state != BC_CONNECTING)
+        return;             /* closed meanwhile (connect timeout) */
+    if (status < 0) {
+        bconn_fail(b, uv_strerror(status), 0);
+        return;
+    }
+    if (b->x.h.handle.type == UV_TCP)
+        uv_tcp_nodelay(&b->x.h.tcp, 1);
+    if (srv->cfg->backend_tls_ctx == NULL) {
+        bconn_connected(b);
+        return;
+    }
+    bconn_set_state(b, BC_TLS);
+    int r = tls_start(&b->x, srv->cfg->backend_tls_ctx, tls_name(srv), on_bconn_tls);
+    if (r < 0)
+        bconn_fail(b, uv_strerror(r), 0);
 }
 
 void bconn_connect(struct bconn *b, int with_auth)
@@ -253,20 +293,20 @@ void bconn_connect(struct bconn *b, int with_auth)
     reply_scanner_init(&b->rs);
     bconn_set_state(b, BC_CONNECTING);
     if (srv->backend_addr.is_unix) {
-        uv_pipe_init(srv->loop, &b->h.pipe, 0);
-        b->h.handle.data = b;
+        uv_pipe_init(srv->loop, &b->x.h.pipe, 0);
+        b->x.h.handle.data = b;
         b->creq.data = b;
-        uv_pipe_connect(&b->creq, &b->h.pipe, srv->backend_addr.host, on_bconn_connect);
+        uv_pipe_connect(&b->creq, &b->x.h.pipe, srv->backend_addr.host, on_bconn_connect);
         return;
     }
-    uv_tcp_init(srv->loop, &b->h.tcp);
-    b->h.handle.data = b;
+    uv_tcp_init(srv->loop, &b->x.h.tcp);
+    b->x.h.handle.data = b;
     b->creq.data = b;
     if (!srv->backend_sa_ok) {
         bconn_fail(b, "cannot resolve the host name", 0);
         return;
     }
-    int r = uv_tcp_connect(&b->creq, &b->h.tcp, (struct sockaddr *)&srv->backend_sa,
+    int r = uv_tcp_connect(&b->creq, &b->x.h.tcp, (struct sockaddr *)&srv->backend_sa,
                            on_bconn_connect);
     if (r < 0)
         bconn_fail(b, uv_strerror(r), 0);
@@ -282,16 +322,18 @@ void bconn_shutdown(struct bconn *b)
     if (b->state != BC_READY)
         return;
     b->sreq.data = b;
-    if (uv_shutdown(&b->sreq, &b->h.stream, on_bconn_shutdown) < 0)
+    if (xport_shutdown(&b->x, &b->sreq, on_bconn_shutdown) < 0)
         bconn_fail(b, "shutdown failed", 0);
 }
 
 void bconn_cron(struct bconn *b, uint64_t now)
 {
     unsigned timeout = b->srv->cfg->connect_timeout;
-    if ((b->state == BC_CONNECTING || b->state == BC_HANDSHAKE) && now - b->started >= timeout) {
-        char why[64];
-        snprintf(why, sizeof why, "connect timed out after %u ms", timeout);
+    if (b->state >= BC_CONNECTING && b->state <= BC_HANDSHAKE && now - b->started >= timeout) {
+        char why[120];
+        snprintf(why, sizeof why, b->state == BC_TLS ? "TLS: handshake timed out after %u ms "
+                                                       "(does the backend speak TLS?)"
+                                                     : "connect timed out after %u ms", timeout);
         bconn_fail(b, why, 0);
     }
 }

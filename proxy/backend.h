@@ -4,10 +4,14 @@
  * Written once and used three ways: a session's own connection (1:1), the
  * shared connection (mux.c) and the proxy's control connection (control.c).
  *
- *   bconn_connect ──▶ CONNECTING ──▶ HANDSHAKE ──▶ READY ──▶ (lost) ──▶ CLOSING ──▶ IDLE
- *                         │ connect      │ the proxy's     │ replies framed and
- *                         │ timeout      │ AUTH answered   │ handed to ops->reply
- *                         └──────────────┴─────────────────┴──▶ ops->failed, then ops->closed
+ *   bconn_connect ─▶ CONNECTING ─▶ TLS ─▶ HANDSHAKE ─▶ READY ─▶ (lost) ─▶ CLOSING ─▶ IDLE
+ *                        │ connect   │ backend │ the proxy's  │ replies framed and
+ *                        │ timeout   │ _tls=on │ AUTH answered│ handed to ops->reply
+ *                        └───────────┴─────────┴──────────────┴──▶ ops->failed, then ops->closed
+ *
+ * The bytes go through a transport (transport.h): plain, or TLS when
+ * backend_tls is on, with the same code above it. connect_timeout bounds
+ * the connect, the TLS handshake and the proxy's AUTH together.
  *
  * The state changes only in bconn_set_state() (backend.c). The owner sees:
  *   ready    the connection is usable (AUTH with backend_password done);
@@ -39,6 +43,7 @@ struct bconn;
 enum bconn_state {
     BC_IDLE,        /* no handle */
     BC_CONNECTING,  /* connect in flight */
+    BC_TLS,         /* the TLS handshake is not done yet */
     BC_HANDSHAKE,   /* the proxy's AUTH is not answered yet */
     BC_READY,       /* usable */
     BC_CLOSING,     /* uv_close in flight */
@@ -54,7 +59,7 @@ struct bconn_ops {
 };
 
 struct bconn {
-    union stream h;
+    struct xport x;                 /* the socket, plain or TLS; x.h.handle.data is the bconn */
     uv_connect_t creq;
     uv_shutdown_t sreq;
     struct server *srv;

@@ -39,6 +39,7 @@
 #include <ini.h>
 
 #include "config.h"
+#include "tls.h"
 #include "util.h"
 
 #define TTL_MAX     2147483647LL    /* seconds: 68 years, far below redis' expire overflow */
@@ -82,13 +83,15 @@ static int parse_refresh(const struct conf_key *, enum section_kind, const char 
 static int parse_unknown(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_onoff(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_text(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_listen(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_tls_auth(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 
 #define CFG(f)  offsetof(struct config, f)
 #define RULE(f) offsetof(struct rule, f)
 
 /* Every key of every section. docs/config.md describes the same rows. */
 static const struct conf_key conf_keys[] = {
-    { "listen",              IN_PROXY, parse_addr,     CFG(listen),              0, 0, NULL },
+    { "listen",              IN_PROXY, parse_listen,   CFG(listen),              0, 0, NULL },
     { "backend",             IN_PROXY, parse_addr,     CFG(backend),             0, 0, NULL },
     { "backend_username",    IN_PROXY, parse_optional, CFG(backend_username),    0, 0, NULL },
     { "backend_password",    IN_PROXY, parse_optional, CFG(backend_password),    0, 0, NULL },
@@ -101,6 +104,23 @@ static const struct conf_key conf_keys[] = {
     { "log_keys",            IN_PROXY, parse_log_keys, CFG(log_keys),            0, 0, NULL },
     { "event_window",        IN_PROXY, parse_uint,     CFG(event_window),        1, DURATION_MAX, "seconds" },
     { "multiplex",           IN_PROXY, parse_onoff,    CFG(multiplex),           0, 0, NULL },
+
+    { "backend_tls",              IN_PROXY, parse_onoff,    CFG(backend_tls),              0, 0, NULL },
+    { "backend_tls_ca_cert_file", IN_PROXY, parse_optional, CFG(backend_tls_ca_cert_file), 0, 0, NULL },
+    { "backend_tls_ca_cert_dir",  IN_PROXY, parse_optional, CFG(backend_tls_ca_cert_dir),  0, 0, NULL },
+    { "backend_tls_cert_file",    IN_PROXY, parse_optional, CFG(backend_tls_cert_file),    0, 0, NULL },
+    { "backend_tls_key_file",     IN_PROXY, parse_optional, CFG(backend_tls_key_file),     0, 0, NULL },
+    { "backend_tls_server_name",  IN_PROXY, parse_optional, CFG(backend_tls_server_name),  0, 0, NULL },
+    { "backend_tls_verify",       IN_PROXY, parse_onoff,    CFG(backend_tls_verify),       0, 0, NULL },
+    { "tls_listen",               IN_PROXY, parse_listen,   CFG(tls_listen),               0, 0, NULL },
+    { "tls_cert_file",            IN_PROXY, parse_optional, CFG(tls_cert_file),            0, 0, NULL },
+    { "tls_key_file",             IN_PROXY, parse_optional, CFG(tls_key_file),             0, 0, NULL },
+    { "tls_ca_cert_file",         IN_PROXY, parse_optional, CFG(tls_ca_cert_file),         0, 0, NULL },
+    { "tls_ca_cert_dir",          IN_PROXY, parse_optional, CFG(tls_ca_cert_dir),          0, 0, NULL },
+    { "tls_auth_clients",         IN_PROXY, parse_tls_auth, CFG(tls_auth_clients),         0, 0, NULL },
+    { "tls_protocols",            IN_PROXY, parse_optional, CFG(tls_protocols),            0, 0, NULL },
+    { "tls_ciphers",              IN_PROXY, parse_optional, CFG(tls_ciphers),              0, 0, NULL },
+    { "tls_ciphersuites",         IN_PROXY, parse_optional, CFG(tls_ciphersuites),         0, 0, NULL },
 
     { "action",  IN_DEFAULT | IN_TTL, parse_action,  RULE(action),  0, 0, NULL },
     { "ttl",     IN_DEFAULT | IN_TTL, parse_ll,      RULE(ttl),     1, TTL_MAX, "seconds" },
@@ -131,7 +151,7 @@ struct parse {
     size_t cap;
     int lineno;                     /* line last given to inih = line of the on_key() call */
     int err_line;                   /* line of the first error; 0 = none yet */
-    char err[512];                  /* the first error, without "PATH:LINE: " */
+    char err[1024];                 /* the first error, without "PATH:LINE: " */
     int read_errno;                 /* set when reading the file failed */
     struct config *cfg;
     struct section *sec;            /* in file order; the last one is current */
@@ -298,6 +318,33 @@ static int parse_admin(const struct conf_key *k, enum section_kind in, const cha
     }
     set_string(field, value);
     return 0;
+}
+
+/* A listener address; empty: none (listen and tls_listen, one at least). */
+static int parse_listen(const struct conf_key *k, enum section_kind in, const char *value,
+                        void *field, char *err, size_t errlen)
+{
+    if (*value == '\0') {
+        set_string(field, NULL);
+        return 0;
+    }
+    return parse_addr(k, in, value, field, err, errlen);
+}
+
+/* redis.conf's tls-auth-clients: client certificates not asked for,
+ * verified when given, or required. */
+static int parse_tls_auth(const struct conf_key *k, enum section_kind in, const char *value,
+                          void *field, char *err, size_t errlen)
+{
+    static const char *const words[] = { "no", "optional", "yes" };
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(value, words[i]) == 0) {
+            *(int *)field = i;
+            return 0;
+        }
+    }
+    snprintf(err, errlen, "%s = '%s': expected no, optional or yes", k->name, value);
+    return -1;
 }
 
 /* Free text where empty means unset (NULL). */
@@ -639,7 +686,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
     struct section *s = &p->sec[p->nsec - 1];
     const struct conf_key *k = key_find(name, s->kind);
     if (k == NULL) {
-        char valid[256] = "";
+        char valid[768] = "";
         size_t used = 0;
         for (size_t i = 0; i < NKEYS; i++) {
             if ((conf_keys[i].sections & (1u << s->kind)) && used < sizeof valid)
@@ -674,6 +721,91 @@ static int key_set(const struct section *s, const char *name)
     return s->key_line[key_find(name, s->kind) - conf_keys] != 0;
 }
 
+/* The line a [proxy] key was set on, else the section header's. */
+static int line_of(const struct section *s, const char *name)
+{
+    int line = name != NULL ? s->key_line[key_find(name, s->kind) - conf_keys] : 0;
+    return line != 0 ? line : s->line;
+}
+
+/* Build one side's TLS context: certificates and keys are read now, so a
+ * bad file fails the load (and a reload keeps the running config). */
+static struct tls_context *load_tls_side(struct parse *p, const struct section *s,
+                                         enum tls_side side, const struct tls_settings *st)
+{
+    const char *bad_key;
+    char why[700];
+    struct tls_context *ctx = tls_context_new(side, st, &bad_key, why, sizeof why);
+    if (ctx == NULL)
+        fail_at(p, line_of(s, bad_key), "%s %s", bad_key != NULL ? bad_key : "TLS", why);
+    return ctx;
+}
+
+/* The TLS keys together: what each side needs, then its context. */
+static void check_tls(struct parse *p, const struct section *s)
+{
+    struct config *c = p->cfg;
+    if (c->listen == NULL && c->tls_listen == NULL) {
+        fail_at(p, line_of(s, "listen"), "listen and tls_listen are both empty: ttlguard "
+                "needs at least one address to listen on");
+        return;
+    }
+    if (c->listen != NULL && c->tls_listen != NULL && strcmp(c->listen, c->tls_listen) == 0) {
+        fail_at(p, line_of(s, "tls_listen"), "tls_listen = %s is the listen address too: "
+                "give TLS clients a port of their own", c->tls_listen);
+        return;
+    }
+    if ((c->backend_tls_cert_file == NULL) != (c->backend_tls_key_file == NULL)) {
+        fail_at(p, line_of(s, c->backend_tls_cert_file ? "backend_tls_cert_file"
+                                                       : "backend_tls_key_file"),
+                "backend_tls_cert_file and backend_tls_key_file go together (a client "
+                "certificate needs its key)");
+        return;
+    }
+    if ((c->tls_cert_file == NULL) != (c->tls_key_file == NULL)) {
+        fail_at(p, line_of(s, c->tls_cert_file ? "tls_cert_file" : "tls_key_file"),
+                "tls_cert_file and tls_key_file go together");
+        return;
+    }
+    if (c->tls_listen != NULL && c->tls_cert_file == NULL) {
+        fail_at(p, line_of(s, "tls_listen"), "tls_listen needs tls_cert_file and tls_key_file "
+                "(the certificate ttlguard shows its TLS clients)");
+        return;
+    }
+    if (c->tls_listen != NULL && c->tls_auth_clients != 0 && c->tls_ca_cert_file == NULL &&
+        c->tls_ca_cert_dir == NULL) {
+        fail_at(p, line_of(s, "tls_auth_clients"), "tls_auth_clients asks for client "
+                "certificates: set tls_ca_cert_file (or tls_ca_cert_dir), the CA they are "
+                "verified against");
+        return;
+    }
+    if (c->backend_tls && strncmp(c->backend, "unix:", 5) == 0) {
+        fail_at(p, line_of(s, "backend_tls"), "backend_tls = on needs a host:port backend, "
+                "not %s (Redis offers TLS on TCP only)", c->backend);
+        return;
+    }
+    if (c->backend_tls) {
+        struct tls_settings st = {
+            .cert_file = c->backend_tls_cert_file, .key_file = c->backend_tls_key_file,
+            .ca_cert_file = c->backend_tls_ca_cert_file, .ca_cert_dir = c->backend_tls_ca_cert_dir,
+            .verify = c->backend_tls_verify, .protocols = c->tls_protocols,
+            .ciphers = c->tls_ciphers, .ciphersuites = c->tls_ciphersuites,
+        };
+        c->backend_tls_ctx = load_tls_side(p, s, TLS_TO_BACKEND, &st);
+        if (c->backend_tls_ctx == NULL)
+            return;
+    }
+    if (c->tls_listen != NULL) {
+        struct tls_settings st = {
+            .cert_file = c->tls_cert_file, .key_file = c->tls_key_file,
+            .ca_cert_file = c->tls_ca_cert_file, .ca_cert_dir = c->tls_ca_cert_dir,
+            .auth_clients = c->tls_auth_clients, .protocols = c->tls_protocols,
+            .ciphers = c->tls_ciphers, .ciphersuites = c->tls_ciphersuites,
+        };
+        c->client_tls_ctx = load_tls_side(p, s, TLS_FOR_CLIENTS, &st);
+    }
+}
+
 /* What no single key can check; errors at the section header's line. */
 static void check_section(struct parse *p, const struct section *s)
 {
@@ -683,6 +815,7 @@ static void check_section(struct parse *p, const struct section *s)
         if (p->cfg->backend_username != NULL && p->cfg->backend_password == NULL)
             fail_at(p, s->line, "[proxy] has backend_username but no backend_password: "
                     "an ACL user needs both");
+        check_tls(p, s);
         break;
     case SECT_DEFAULT:
     case SECT_TTL:
@@ -727,6 +860,7 @@ static void proxy_defaults(struct config *cfg)
     cfg->log_keys = LOG_KEYS_FULL;
     cfg->event_window = 10;
     cfg->multiplex = 1;
+    cfg->backend_tls_verify = 1;
 }
 
 void config_defaults(struct config *cfg)
@@ -824,6 +958,21 @@ void config_free(struct config *cfg)
     free(cfg->backend_password);
     free(cfg->events);
     free(cfg->admin);
+    free(cfg->backend_tls_ca_cert_file);
+    free(cfg->backend_tls_ca_cert_dir);
+    free(cfg->backend_tls_cert_file);
+    free(cfg->backend_tls_key_file);
+    free(cfg->backend_tls_server_name);
+    free(cfg->tls_listen);
+    free(cfg->tls_cert_file);
+    free(cfg->tls_key_file);
+    free(cfg->tls_ca_cert_file);
+    free(cfg->tls_ca_cert_dir);
+    free(cfg->tls_protocols);
+    free(cfg->tls_ciphers);
+    free(cfg->tls_ciphersuites);
+    tls_context_free(cfg->backend_tls_ctx);
+    tls_context_free(cfg->client_tls_ctx);
     rules_free(&cfg->rules);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -3,12 +3,16 @@
  *
  * Errors carry "FILE:LINE: what is wrong". A config is never edited after
  * config_load() returns: a reload builds a new one and swaps the pointer.
+ * A config owns its TLS contexts: config_load() reads the certificates and
+ * keys, so a bad one fails the load like any bad value.
  */
 #ifndef TTLG_CONFIG_H
 #define TTLG_CONFIG_H
 
 #include <stddef.h>
 #include "rules.h"
+
+struct tls_context;
 
 enum log_keys {
     LOG_KEYS_FULL,      /* key names as they are */
@@ -20,7 +24,7 @@ struct config {
     char *path;                     /* file it was read from; NULL for built-in defaults */
 
     /* [proxy] */
-    char *listen;                   /* "127.0.0.1:6380" */
+    char *listen;                   /* "127.0.0.1:6380"; NULL when only tls_listen is set */
     char *backend;                  /* "127.0.0.1:6379" */
     char *backend_username;         /* NULL when unset */
     char *backend_password;         /* NULL when unset */
@@ -33,6 +37,26 @@ struct config {
     enum log_keys log_keys;         /* full */
     unsigned event_window;          /* seconds repeats are folded; 10 */
     int multiplex;                  /* share backend connections between sessions; 1 */
+
+    /* TLS (tls.h). Paths are NULL when unset. */
+    int backend_tls;                /* TLS to the backend; 0 */
+    char *backend_tls_ca_cert_file; /* whom to trust; both NULL: the system store */
+    char *backend_tls_ca_cert_dir;
+    char *backend_tls_cert_file;    /* client certificate (mutual TLS) and its key */
+    char *backend_tls_key_file;
+    char *backend_tls_server_name;  /* SNI and the name verified; NULL: the backend host */
+    int backend_tls_verify;         /* verify the backend's certificate; 1 */
+    char *tls_listen;               /* a TLS listener for clients; NULL = none */
+    char *tls_cert_file;            /* what it shows its clients */
+    char *tls_key_file;
+    char *tls_ca_cert_file;         /* what client certificates are verified against */
+    char *tls_ca_cert_dir;
+    int tls_auth_clients;           /* 0 no, 1 optional, 2 yes */
+    char *tls_protocols;            /* both sides; NULL: "TLSv1.2 TLSv1.3" */
+    char *tls_ciphers;
+    char *tls_ciphersuites;
+    struct tls_context *backend_tls_ctx;    /* built by config_load: NULL when backend_tls off */
+    struct tls_context *client_tls_ctx;     /* NULL without tls_listen */
 
     /* [default], [ttl "P"], [durable "P"] */
     struct ruleset rules;

@@ -15,6 +15,7 @@
 #include "mux.h"
 #include "server.h"
 #include "session.h"
+#include "tls.h"
 
 #define CRON_MS             100
 #define SHUTDOWN_GRACE_MS   5000
@@ -32,14 +33,14 @@ static void on_close_free(uv_handle_t *h)
     free(h);
 }
 
-static void stop_listening(struct server *srv)
+static void stop_listening(struct listener *l)
 {
-    if (srv->listener == NULL)
+    if (l->h == NULL)
         return;
-    uv_close((uv_handle_t *)srv->listener, on_close_free);
-    srv->listener = NULL;
-    if (srv->listen_addr.is_unix)
-        unlink(srv->listen_addr.host);
+    uv_close((uv_handle_t *)l->h, on_close_free);
+    l->h = NULL;
+    if (l->addr.is_unix)
+        unlink(l->addr.host);
 }
 
 /* Everything is closed once the last session is gone during shutdown. */
@@ -49,6 +50,7 @@ static void finish_shutdown(struct server *srv)
         return;
     mux_shutdown();
     control_stop();
+    tls_shutdown_module();
     if (!uv_is_closing((uv_handle_t *)&srv->cron)) {
         uv_close((uv_handle_t *)&srv->cron, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_term, on_close_noop);
@@ -87,7 +89,7 @@ static void on_connection(uv_stream_t *listener, int status)
         log_warn("accept: %s", uv_strerror(status));
         return;
     }
-    session_accept(srv, listener);
+    session_accept(srv, listener, listener == srv->secure.h ? srv->cfg->client_tls_ctx : NULL);
 }
 
 static void on_cron(uv_timer_t *t)
@@ -117,7 +119,8 @@ static void begin_shutdown(struct server *srv, const char *why)
     log_info("%s: shutting down, draining %d sessions", why, srv->nsessions);
     srv->shutting_down = 1;
     srv->shutdown_deadline = now_ms_monotonic() + SHUTDOWN_GRACE_MS;
-    stop_listening(srv);
+    stop_listening(&srv->plain);
+    stop_listening(&srv->secure);
     for (struct session *s = srv->sessions; s != NULL; s = session_next(s))
         session_drain(s);
     finish_shutdown(srv);
@@ -243,9 +246,60 @@ static int backend_is_self(const struct addr *listen, const struct addr *backend
     return 1;
 }
 
+static int same_text(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* The backend is reached another way: TLS turned on or off, or another name
+ * verified. (New certificates alone apply to new connections.) */
+static int backend_tls_changed(const struct config *old, const struct config *cfg)
+{
+    return old->backend_tls != cfg->backend_tls ||
+           old->backend_tls_verify != cfg->backend_tls_verify ||
+           !same_text(old->backend_tls_server_name, cfg->backend_tls_server_name);
+}
+
+/* A listener to where a reloaded config wants it: moved, opened or closed.
+ * A new address that cannot be bound is logged and the old one kept. */
+static void relisten(struct server *srv, struct listener *l, const struct addr *to)
+{
+    char a[300], b[300], err[400];
+    const char *kind = l->tls ? "tls_listen" : "listen";
+    uv_stream_t *h;
+
+    if (to == NULL) {
+        if (l->h != NULL) {
+            addr_format(&l->addr, b, sizeof b);
+            stop_listening(l);
+            log_info("SIGHUP: %s %s closed", kind, b);
+        }
+        return;
+    }
+    addr_format(to, a, sizeof a);
+    addr_format(&l->addr, b, sizeof b);
+    if (l->h != NULL && strcmp(a, b) == 0)
+        return;
+    if (start_listening(srv, to, &h, err, sizeof err) != 0) {
+        if (l->h != NULL)
+            log_error("SIGHUP: %s; %s stays on %s", err, kind, b);
+        else
+            log_error("SIGHUP: %s", err);
+        return;
+    }
+    if (l->h != NULL)
+        log_info("SIGHUP: %s now on %s (was %s)", kind, a, b);
+    else
+        log_info("SIGHUP: %s now on %s", kind, a);
+    stop_listening(l);
+    l->h = h;
+    l->addr = *to;
+}
+
 /* SIGHUP: read the config again. A config with errors is refused and the old
  * one stays; a good one applies to the next request of every session. The
- * listen and backend addresses apply to new sessions. */
+ * listen and backend addresses and the TLS certificates apply to new
+ * sessions. */
 static void reload(struct server *srv)
 {
     char err[1024];
@@ -264,32 +318,30 @@ static void reload(struct server *srv)
         return;
     }
 
-    struct addr listen_addr = srv->listen_addr, backend_addr = srv->backend_addr;
-    if ((!srv->listen_override && addr_parse(cfg->listen, &listen_addr, err, sizeof err) != 0) ||
+    struct listener plain = { NULL, srv->plain.addr, 0 }, secure = { NULL, { 0 }, 1 };
+    struct addr backend_addr = srv->backend_addr;
+    const char *listen_text = srv->listen_override ? NULL : cfg->listen;
+    int want_plain = srv->listen_override || cfg->listen != NULL;
+    if ((listen_text != NULL && addr_parse(listen_text, &plain.addr, err, sizeof err) != 0) ||
+        (cfg->tls_listen != NULL && addr_parse(cfg->tls_listen, &secure.addr, err, sizeof err) != 0) ||
         (!srv->backend_override && addr_parse(cfg->backend, &backend_addr, err, sizeof err) != 0) ||
-        backend_is_self(&listen_addr, &backend_addr, err, sizeof err)) {
+        (want_plain && backend_is_self(&plain.addr, &backend_addr, err, sizeof err)) ||
+        (cfg->tls_listen != NULL && backend_is_self(&secure.addr, &backend_addr, err, sizeof err)) ||
+        (cfg->backend_tls && backend_addr.is_unix &&
+         snprintf(err, sizeof err, "backend_tls = on needs a host:port backend") > 0)) {
         log_error("SIGHUP: config refused, keeping the running one: %s", err);
         events_config_rejected(path, err);
         config_free(cfg);
         free(cfg);
         return;
     }
-    char a[300], b[300];
-    addr_format(&listen_addr, a, sizeof a);
-    addr_format(&srv->listen_addr, b, sizeof b);
-    uv_stream_t *listener;
-    if (strcmp(a, b) != 0 && srv->listener != NULL) {
-        if (start_listening(srv, &listen_addr, &listener, err, sizeof err) != 0) {
-            log_error("SIGHUP: %s; still listening on %s", err, b);
-        } else {
-            stop_listening(srv);
-            srv->listener = listener;
-            srv->listen_addr = listen_addr;
-            log_info("SIGHUP: now listening on %s (was %s)", a, b);
-        }
+    if (!srv->shutting_down) {
+        relisten(srv, &srv->plain, want_plain ? &plain.addr : NULL);
+        relisten(srv, &srv->secure, cfg->tls_listen != NULL ? &secure.addr : NULL);
     }
+    char a[300];
     addr_format(&backend_addr, a, sizeof a);
-    if (strcmp(a, srv->backend_name) != 0) {
+    if (strcmp(a, srv->backend_name) != 0 || backend_tls_changed(srv->cfg, cfg)) {
         srv->backend_addr = backend_addr;
         snprintf(srv->backend_name, sizeof srv->backend_name, "%s", a);
         resolve_backend(srv);
@@ -345,12 +397,22 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     srv->cfg = cfg;
     srv->listen_override = listen_override != NULL;
     srv->backend_override = backend_override != NULL;
-    if (addr_parse(listen_override ? listen_override : cfg->listen, &srv->listen_addr,
-                   err, sizeof err) != 0 ||
+    srv->secure.tls = 1;
+    const char *listen_text = listen_override ? listen_override : cfg->listen;
+    if ((listen_text != NULL && addr_parse(listen_text, &srv->plain.addr, err, sizeof err) != 0) ||
+        (cfg->tls_listen != NULL &&
+         addr_parse(cfg->tls_listen, &srv->secure.addr, err, sizeof err) != 0) ||
         addr_parse(backend_override ? backend_override : cfg->backend, &srv->backend_addr,
                    err, sizeof err) != 0 ||
-        backend_is_self(&srv->listen_addr, &srv->backend_addr, err, sizeof err)) {
+        (listen_text != NULL && backend_is_self(&srv->plain.addr, &srv->backend_addr, err,
+                                                sizeof err)) ||
+        (cfg->tls_listen != NULL && backend_is_self(&srv->secure.addr, &srv->backend_addr, err,
+                                                    sizeof err))) {
         log_error("%s", err);
+        return 1;
+    }
+    if (cfg->backend_tls && srv->backend_addr.is_unix) {
+        log_error("backend_tls = on needs a host:port backend, not %s", backend_override);
         return 1;
     }
     addr_format(&srv->backend_addr, srv->backend_name, sizeof srv->backend_name);
@@ -366,15 +428,23 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
         log_error("%s", err);
         return 1;
     }
-    if (start_listening(srv, &srv->listen_addr, &srv->listener, err, sizeof err) != 0) {
+    tls_init(srv->loop);
+    if ((listen_text != NULL &&
+         start_listening(srv, &srv->plain.addr, &srv->plain.h, err, sizeof err) != 0) ||
+        (cfg->tls_listen != NULL &&
+         start_listening(srv, &srv->secure.addr, &srv->secure.h, err, sizeof err) != 0)) {
         log_error("%s", err);
+        stop_listening(&srv->plain);
+        tls_shutdown_module();
         events_shutdown();
         uv_run(srv->loop, UV_RUN_NOWAIT);
         return 1;
     }
     if (admin_start(srv, err, sizeof err) != 0) {
         log_error("%s", err);
-        stop_listening(srv);
+        stop_listening(&srv->plain);
+        stop_listening(&srv->secure);
+        tls_shutdown_module();
         events_shutdown();
         uv_run(srv->loop, UV_RUN_NOWAIT);
         return 1;
@@ -394,9 +464,18 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     uv_signal_start(&srv->sig_hup, on_hup, SIGHUP);
     uv_signal_start(&srv->sig_usr1, on_usr1, SIGUSR1);
 
-    char lname[300];
-    addr_format(&srv->listen_addr, lname, sizeof lname);
-    log_info("ttlguard %s listening on %s, backend %s", TTLG_VERSION, lname, srv->backend_name);
+    char lname[300] = "", tname[300] = "";
+    if (srv->plain.h != NULL)
+        addr_format(&srv->plain.addr, lname, sizeof lname);
+    if (srv->secure.h != NULL) {
+        size_t n = (size_t)snprintf(tname, sizeof tname, "%s", lname[0] ? ", TLS on " : "TLS on ");
+        addr_format(&srv->secure.addr, tname + n, sizeof tname - n);
+    }
+    log_info("ttlguard %s listening on %s%s, backend %s%s", TTLG_VERSION, lname, tname,
+             srv->backend_name, cfg->backend_tls ? " (TLS)" : "");
+    if (cfg->backend_tls && !cfg->backend_tls_verify)
+        log_warn("backend_tls_verify = off: the backend's certificate is not verified, so "
+                 "anyone on the path can pose as it; for tests only");
 
     uv_run(srv->loop, UV_RUN_DEFAULT);
 

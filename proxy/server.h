@@ -1,7 +1,8 @@
 /*
  * server: the listener, the loop-wide state and the periodic cron.
  *
- *   listener --accept--> session_accept() ...  (one session per client)
+ *   listeners --accept--> session_accept() ...  (one session per client;
+ *                         listen: plain, tls_listen: TLS, tls.c)
  *   control.c        --> the proxy's own backend connection: what Redis wants
  *                        (AUTH from clients? eviction policy), never asked on a
  *                        client's connection
@@ -38,12 +39,20 @@ struct stats {
     uint64_t bytes_from_backends;
     uint64_t bytes_to_clients;
     uint64_t protocol_errors;
+    uint64_t tls_handshake_errors;   /* TLS clients whose handshake failed or timed out */
+};
+
+/* A listening socket: `listen` (plain) or `tls_listen`. */
+struct listener {
+    uv_stream_t *h;                  /* a uv_tcp_t or uv_pipe_t of our own; NULL when closed */
+    struct addr addr;
+    int tls;                         /* its clients speak TLS (cfg->client_tls_ctx) */
 };
 
 struct server {
     uv_loop_t *loop;
     struct config *cfg;              /* current config; sessions read it per request */
-    struct addr listen_addr;
+    struct listener plain, secure;   /* listen, tls_listen */
     struct addr backend_addr;
     char backend_name[300];          /* printable backend address for messages */
     char down_reason[512];           /* the error line sessions without a backend answer with */
@@ -64,7 +73,6 @@ struct server {
                                         backend (or given up): sessions under rules wait */
     int backend_known;               /* commands came from the backend's own replies */
 
-    uv_stream_t *listener;           /* a uv_tcp_t or uv_pipe_t of our own; NULL when closed */
     int listen_override;             /* --listen / --backend given: a reload keeps them */
     int backend_override;
 

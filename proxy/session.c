@@ -56,6 +56,8 @@
 #define READ_CHUNK      (64 * 1024)
 #define QUERY_MAX       (1024LL * 1024 * 1024)   /* redis client-query-buffer-limit */
 #define MUX_MAX_INFLIGHT 256    /* a session pipelining deeper gets its own connection */
+#define CLIENT_TLS_HANDSHAKE_MS 10000   /* a TLS client that has not finished its handshake
+                                           by then is closed */
 
 /* What handle_request() did with a request. */
 enum handled {
@@ -85,6 +87,7 @@ static void client_read_stop(struct session *s);
 static void process_input(struct session *s, const char *data, size_t len, int in_ibuf);
 static void maybe_finish(struct session *s);
 static void open_own_connection(struct session *s);
+static const char *client_name(struct session *s);
 
 static void session_set_mode(struct session *s, enum session_mode m)
 {
@@ -94,12 +97,12 @@ static void session_set_mode(struct session *s, enum session_mode m)
 /* ------------------------------------------------------------------------ */
 /* Writes                                                                    */
 
-static void on_client_written(void *ctx, uv_stream_t *dst, int status)
+static void on_client_written(void *ctx, int status)
 {
     struct session *s = ctx;
     if (status < 0) {
         if (status != UV_ECANCELED && !s->closing) {
-            log_debug("write error: %s", uv_strerror(status));
+            log_debug("write error: %s", xport_strerror(&s->client, status));
             session_close(s);
         }
         return;
@@ -108,7 +111,7 @@ static void on_client_written(void *ctx, uv_stream_t *dst, int status)
         return;
     /* Resume the side we stopped reading once the queue drained to half. */
     if (s->mode == SM_OWN && !s->be.reading &&
-        uv_stream_get_write_queue_size(dst) <= s->srv->cfg->max_buffer / 2)
+        xport_backlog(&s->client) <= s->srv->cfg->max_buffer / 2)
         bconn_read_start(&s->be);
     if (s->mode == SM_SHARED)
         session_resume(s);
@@ -125,11 +128,11 @@ void session_flush_client(void)
         return;
     }
     s->srv->stats.bytes_to_clients += toc.bytes;
-    if (wbatch_flush(&toc, &s->client.stream, on_client_written, s) < 0) {
+    if (wbatch_flush(&toc, &s->client, on_client_written, s) < 0) {
         session_close(s);
         return;
     }
-    if (uv_stream_get_write_queue_size(&s->client.stream) > s->srv->cfg->max_buffer) {
+    if (xport_backlog(&s->client) > s->srv->cfg->max_buffer) {
         if (s->mode == SM_OWN)
             bconn_read_stop(&s->be);
         else if (s->mode == SM_SHARED)
@@ -354,8 +357,8 @@ void session_close(struct session *s)
         return;
     s->closing = 1;
     s->srv->nclients--;
-    if (!uv_is_closing(&s->client.handle))
-        uv_close(&s->client.handle, on_client_closed);
+    if (!uv_is_closing(&s->client.h.handle))
+        xport_close(&s->client, on_client_closed);
     bconn_close(&s->be);
 }
 
@@ -371,11 +374,11 @@ static void maybe_finish(struct session *s)
         return;
     if (s->qlen > 0 && (s->mode == SM_OWN || s->mode == SM_SHARED))
         return;     /* replies still owed (a protocol error waits its turn) */
-    if (uv_stream_get_write_queue_size(&s->client.stream) > 0)
+    if (xport_backlog(&s->client) > 0)
         return;
     s->close_after_flush = 0;
     s->client_sreq.data = s;
-    if (uv_shutdown(&s->client_sreq, &s->client.stream, on_client_shutdown) < 0)
+    if (xport_shutdown(&s->client, &s->client_sreq, on_client_shutdown) < 0)
         session_close(s);
 }
 
@@ -473,10 +476,13 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     if (nread < 0) {
         client_read_stop(s);
-        if (nread == UV_EOF)
+        if (nread == UV_EOF) {
             client_eof(s);
-        else
+        } else {
+            if (nread == UV_EPROTO)
+                log_info("client %s: %s", client_name(s), xport_strerror(&s->client, (int)nread));
             session_close(s);
+        }
         return;
     }
     loop_clock_update();
@@ -495,7 +501,7 @@ static void client_read_start(struct session *s)
 {
     if (s->client_reading || s->closing)
         return;
-    if (uv_read_start(&s->client.stream, client_alloc, client_read) == 0)
+    if (xport_read_start(&s->client, client_alloc, client_read) == 0)
         s->client_reading = 1;
 }
 
@@ -503,7 +509,7 @@ static void client_read_stop(struct session *s)
 {
     if (!s->client_reading)
         return;
-    uv_read_stop(&s->client.stream);
+    xport_read_stop(&s->client);
     s->client_reading = 0;
 }
 
@@ -524,7 +530,7 @@ void session_resume(struct session *s)
             return;
         break;
     case SM_SHARED:
-        if (uv_stream_get_write_queue_size(&s->client.stream) > s->srv->cfg->max_buffer / 2 ||
+        if (xport_backlog(&s->client) > s->srv->cfg->max_buffer / 2 ||
             mux_paused(s))
             return;
         break;
@@ -642,6 +648,15 @@ static int track_client_reply(struct session *s, const struct request *req, enum
 }
 
 /* Who is asking, for the event log. */
+static const struct ev_client *client_info(struct session *s, struct ev_client *c);
+
+/* The client's address, for log lines. */
+static const char *client_name(struct session *s)
+{
+    struct ev_client c;
+    return client_info(s, &c)->addr;
+}
+
 static const struct ev_client *client_info(struct session *s, struct ev_client *c)
 {
     if (s->client_addr == NULL) {
@@ -649,8 +664,8 @@ static const struct ev_client *client_info(struct session *s, struct ev_client *
         int len = sizeof ss;
         char host[64] = "unix";
         int port = 0;
-        if (s->client.handle.type == UV_TCP &&
-            uv_tcp_getpeername(&s->client.tcp, (struct sockaddr *)&ss, &len) == 0) {
+        if (s->client.h.handle.type == UV_TCP &&
+            uv_tcp_getpeername(&s->client.h.tcp, (struct sockaddr *)&ss, &len) == 0) {
             if (ss.ss_family == AF_INET6) {
                 uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
                 port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
@@ -1395,7 +1410,19 @@ void session_settle(struct session *s)
 /* ------------------------------------------------------------------------ */
 /* Accept, cron, drain                                                       */
 
-void session_accept(struct server *srv, uv_stream_t *listener)
+/* The TLS handshake with a client ended: a failure is logged (a plain
+ * client on the TLS port, a certificate refused) and the connection closed. */
+static void on_client_tls(struct xport *x, const char *why)
+{
+    struct session *s = x->h.handle.data;
+    if (why == NULL || s->closing)
+        return;
+    s->srv->stats.tls_handshake_errors++;
+    log_info("TLS handshake with client %s failed: %s", client_name(s), why);
+    session_close(s);
+}
+
+void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls)
 {
     struct session *s = xcalloc(1, sizeof *s);
     s->srv = srv;
@@ -1403,14 +1430,14 @@ void session_accept(struct server *srv, uv_stream_t *listener)
     bconn_init(&s->be, srv, &be_ops, s);
 
     if (listener->type == UV_TCP)
-        uv_tcp_init(srv->loop, &s->client.tcp);
+        uv_tcp_init(srv->loop, &s->client.h.tcp);
     else
-        uv_pipe_init(srv->loop, &s->client.pipe, 0);
-    s->client.handle.data = s;
+        uv_pipe_init(srv->loop, &s->client.h.pipe, 0);
+    s->client.h.handle.data = s;
     s->handles = 1;
-    if (uv_accept(listener, &s->client.stream) != 0) {
+    if (uv_accept(listener, &s->client.h.stream) != 0) {
         s->closing = 1;
-        uv_close(&s->client.handle, on_client_closed);
+        uv_close(&s->client.h.handle, on_client_closed);
         return;
     }
     /* link before anything can close it */
@@ -1421,19 +1448,25 @@ void session_accept(struct server *srv, uv_stream_t *listener)
     srv->nsessions++;
     srv->nclients++;
     srv->stats.clients_accepted++;
-    s->last_active = now_ms_monotonic();
+    s->last_active = s->accepted = now_ms_monotonic();
 
     if (srv->nclients > srv->cfg->max_clients) {
-        /* As redis does: say why, then close. */
+        /* As redis does: say why, then close (a TLS client before its
+         * handshake cannot be told: it is closed, as redis does too). */
         static const char msg[] = "-ERR max number of clients reached\r\n";
         srv->stats.clients_rejected++;
         uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
-        uv_try_write(&s->client.stream, &b, 1);
+        if (tls == NULL)
+            uv_try_write(&s->client.h.stream, &b, 1);
         session_close(s);
         return;
     }
     if (listener->type == UV_TCP)
-        uv_tcp_nodelay(&s->client.tcp, 1);
+        uv_tcp_nodelay(&s->client.h.tcp, 1);
+    if (tls != NULL && tls_start(&s->client, tls, NULL, on_client_tls) < 0) {
+        session_close(s);
+        return;
+    }
     open_own_connection(s);     /* multiplex = on: see consider_sharing() */
 }
 
@@ -1445,6 +1478,14 @@ void session_cron(struct session *s, uint64_t now)
     bconn_cron(&s->be, now);
     if (s->closing)
         return;
+    if (s->client.tls != NULL && !tls_handshake_done(s->client.tls) &&
+        now - s->accepted >= CLIENT_TLS_HANDSHAKE_MS) {
+        s->srv->stats.tls_handshake_errors++;
+        log_info("TLS handshake with client %s failed: not done within %d ms",
+                 client_name(s), CLIENT_TLS_HANDSHAKE_MS);
+        session_close(s);
+        return;
+    }
     if (cfg->client_idle_timeout > 0 && s->qlen == 0 && !s->monitor && !s->replica &&
         s->nchan + s->npat + s->nshard == 0 &&
         now - s->last_active >= (uint64_t)cfg->client_idle_timeout * 1000) {

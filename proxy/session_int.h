@@ -75,7 +75,7 @@ struct session {
     struct server *srv;
     struct session *prev, *next;    /* srv->sessions */
 
-    union stream client;
+    struct xport client;            /* the client's socket, plain or TLS (tls_listen) */
     struct bconn be;                /* its own backend connection (SM_WAIT, SM_OWN) */
     uv_shutdown_t client_sreq;
     int handles;                    /* open uv handles; the session is freed at 0 */
@@ -135,6 +135,7 @@ struct session {
     int nchan, npat, nshard;        /* RESP2 subscriptions, mirrored from confirmations */
 
     uint64_t last_active;           /* monotonic ms */
+    uint64_t accepted;              /* monotonic ms: a TLS handshake must end in time */
 };
 
 /* session.c, for reply.c: the pending queue and the client batch */

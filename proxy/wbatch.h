@@ -5,13 +5,12 @@
  * Spans point into read buffers that stay untouched until the batch is
  * flushed (zero copy); the proxy's own bytes (local replies, rewritten
  * requests) are copied into the batch's arena and resolved at flush time.
- * What the kernel does not take at once is copied into one chunk queued on
- * libuv's write queue, freed in its callback: that is the only copy of
- * forwarded bytes (twemproxy's msg_send_chain does the same gathering).
+ * The flush goes through the connection's transport (transport.h): on a
+ * plain connection what the kernel does not take at once is copied into one
+ * queued chunk, the only copy of forwarded bytes (twemproxy's msg_send_chain
+ * does the same gathering).
  *
- * Ownership: a batch owns its arena; spans are borrowed. A wchunk belongs to
- * libuv until its callback, which frees it and then calls the owner's
- * `done`.
+ * Ownership: a batch owns its arena; spans are borrowed.
  */
 #ifndef TTLG_WBATCH_H
 #define TTLG_WBATCH_H
@@ -19,15 +18,9 @@
 #include <stddef.h>
 #include <uv.h>
 
-#define IOV_MAX_BATCH 128
+#include "transport.h"
 
-/* Any of the stream handles the proxy uses, so one struct holds either. */
-union stream {
-    uv_handle_t handle;
-    uv_stream_t stream;
-    uv_tcp_t tcp;
-    uv_pipe_t pipe;
-};
+#define IOV_MAX_BATCH 128
 
 struct wbatch {
     uv_buf_t iov[IOV_MAX_BATCH];
@@ -37,9 +30,6 @@ struct wbatch {
     char *arena;
     size_t arena_len, arena_cap;
 };
-
-/* Called when a queued write of flush() finished; status as libuv's. */
-typedef void (*wbatch_done_fn)(void *ctx, uv_stream_t *dst, int status);
 
 void wbatch_reset(struct wbatch *b);
 
@@ -58,10 +48,6 @@ void wbatch_add_copy(struct wbatch *b, const char *p, size_t n);
 /* Write everything gathered to dst (see the top of the file) and reset b.
  * Returns 0, or a negative libuv error when the stream failed (nothing is
  * queued then; the caller closes). */
-int wbatch_flush(struct wbatch *b, uv_stream_t *dst, wbatch_done_fn done, void *ctx);
-
-/* Write n bytes from p to dst the same way: what the kernel does not take is
- * copied and queued. Returns 0 or a negative libuv error. */
-int stream_write(uv_stream_t *dst, const char *p, size_t n, wbatch_done_fn done, void *ctx);
+int wbatch_flush(struct wbatch *b, struct xport *dst, xport_done_fn done, void *ctx);
 
 #endif

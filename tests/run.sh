@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
 done
 
 packages=(build-essential cmake pkg-config libuv1-dev libhiredis-dev libinih-dev
-          libhttp-parser-dev libcriterion-dev redis-server redis-tools python3-redis
+          libhttp-parser-dev libssl-dev openssl libcriterion-dev redis-server redis-tools python3-redis
           python3-pytest python3-pytest-timeout tcl dpkg-dev)
 missing=()
 for p in "${packages[@]}"; do

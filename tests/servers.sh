@@ -11,9 +11,10 @@
 #
 # Without NAME: all of them. Sources come from tests/debsrc.sh (the machine's apt
 # configuration untouched); binaries are built with
-# `make MALLOC=libc BUILD_WITH_MODULES=no` and cached under
-# ${TTLG_CACHE:-/var/cache/ttlguard}/servers/NAME/, outside the tree, reused across
-# runs (delete that directory to build again). A server that cannot be fetched or
+# `make MALLOC=libc BUILD_WITH_MODULES=no BUILD_TLS=yes` (TLS, so the TLS tests run
+# against every server) and cached under ${TTLG_CACHE:-/var/cache/ttlguard}/servers/NAME/,
+# outside the tree, reused across runs while the build flags are the same (the
+# flags are kept beside the binary; delete that directory to build again). A server that cannot be fetched or
 # built is an error: this prints nothing for it and exits 1.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +24,7 @@ die() { echo "servers.sh: $*" >&2; exit 1; }
 log() { echo "servers.sh: $*" >&2; }
 
 ALL=(redis-7.0 redis-8.0 valkey-8.1 valkey-9.1)
+MAKE_FLAGS="MALLOC=libc BUILD_WITH_MODULES=no BUILD_TLS=yes"
 
 # NAME -> "SUITE PACKAGE BINARY" for the built ones.
 source_of() {
@@ -48,23 +50,28 @@ check_series() {
   esac
 }
 
+# A binary built with the current flags is there.
+cached() {
+  [ -x "$1/$2" ] && [ "$(cat "$1/make-flags" 2>/dev/null)" = "$MAKE_FLAGS" ]
+}
+
 build_one() {
   local name=$1 suite pkg bin src dest
   read -r suite pkg bin <<<"$(source_of "$name")"
   dest=$cache/servers/$name
-  if [ -x "$dest/$bin" ]; then echo "$dest/$bin"; return; fi
+  if cached "$dest" "$bin"; then echo "$dest/$bin"; return; fi
   mkdir -p "$cache/servers"
   exec 8>"$cache/servers/.$name.lock"
   flock -w 1800 8 || die "timed out waiting for another build of $name"
-  if [ -x "$dest/$bin" ]; then echo "$dest/$bin"; return; fi
+  if cached "$dest" "$bin"; then echo "$dest/$bin"; return; fi
   src=$(bash "$root/tests/debsrc.sh" "$suite" "$pkg") || die "could not fetch $pkg from $suite"
   log "building $name from $src (about two minutes)"
   local tmp
   tmp=$(mktemp -d "$cache/servers/.$name.XXXXXX")
   # Build in a copy: the unpacked source stays pristine for other uses.
   cp -a "$src/." "$tmp/src"
-  if ! (cd "$tmp/src" && make -j "$(nproc)" MALLOC=libc BUILD_WITH_MODULES=no BUILD_TLS=no \
-          "$bin" >"$tmp/build.log" 2>&1); then
+  # shellcheck disable=SC2086 # MAKE_FLAGS is a list of words
+  if ! (cd "$tmp/src" && make -j "$(nproc)" $MAKE_FLAGS "$bin" >"$tmp/build.log" 2>&1); then
     tail -n 30 "$tmp/build.log" >&2
     rm -rf "$tmp"
     die "building $name failed"
@@ -73,6 +80,7 @@ build_one() {
   cp "$tmp/src/src/$bin" "$tmp/out/$bin"
   rm -rf "$tmp/src"
   mv "$tmp/build.log" "$tmp/out/"
+  echo "$MAKE_FLAGS" >"$tmp/out/make-flags"
   rm -rf "$dest"
   mv "$tmp/out" "$dest"
   rmdir "$tmp"

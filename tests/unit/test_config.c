@@ -40,7 +40,7 @@ static void load_ok(const char *text, struct config *cfg)
 static void load_err_n(const char *text, size_t len, int line, const char *want)
 {
     struct config cfg;
-    char err[512] = "", prefix[128];
+    char err[1024] = "", prefix[128];
     const char *path = write_file(text, len);
     memset(&cfg, 0xab, sizeof cfg);
     int rc = config_load(path, &cfg, err, sizeof err);
@@ -390,7 +390,11 @@ Test(config, key_errors)
     load_err("[proxy]\nlisen = x\n", 2, "unknown key 'lisen' in [proxy] (expected one of: "
              "listen, backend, backend_username, backend_password, max_clients, "
              "client_idle_timeout, max_buffer, connect_timeout, events, admin, log_keys, "
-             "event_window, multiplex)");
+             "event_window, multiplex, backend_tls, backend_tls_ca_cert_file, "
+             "backend_tls_ca_cert_dir, backend_tls_cert_file, backend_tls_key_file, "
+             "backend_tls_server_name, backend_tls_verify, tls_listen, tls_cert_file, "
+             "tls_key_file, tls_ca_cert_file, tls_ca_cert_dir, tls_auth_clients, tls_protocols, "
+             "tls_ciphers, tls_ciphersuites)");
     load_err("[proxy]\nmultiplex = yes\n", 2, "multiplex = 'yes': expected on or off");
     load_err("[proxy]\nListen = x\n", 2, "unknown key 'Listen'");
     load_err("[ttl \"a:\"]\nowner = x\n", 2,
@@ -428,7 +432,7 @@ Test(config, key_errors)
 Test(config, proxy_value_errors)
 {
     load_err("[proxy]\nlisten = localhost\n", 2, "listen = 'localhost': expected host:port or unix:/path");
-    load_err("[proxy]\nlisten =\n", 2, "listen = ");
+    load_err("[proxy]\nlisten =\n", 2, "listen and tls_listen are both empty");
     load_err("[proxy]\nbackend = 1.2.3.4:99999\n", 2, "backend = '1.2.3.4:99999': port must be");
     load_err("[proxy]\nbackend = unix:\n", 2, "empty unix socket path");
     load_err("[proxy]\nmax_clients = 0\n", 2,
@@ -502,4 +506,111 @@ Test(config, rule_values_accepted)
     cr_assert_eq(rules_match(&cfg.rules, "b:", 2)->max_ttl, 600);
     cr_assert_eq(rules_match(&cfg.rules, "c:", 2)->ttl, 10);
     config_free(&cfg);
+}
+
+/* ---- TLS ------------------------------------------------------------------ */
+
+/* A self-signed certificate and its key (and a second, unrelated key) made
+ * with the openssl command into a fresh directory; returns the directory. */
+static const char *make_cert(void)
+{
+    static char dir[64];
+    char cmd[512];
+    snprintf(dir, sizeof dir, "/tmp/ttlg_test_tls_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
+             "-keyout %s/key.pem -out %s/cert.pem >/dev/null 2>&1 && "
+             "openssl genrsa -out %s/other.pem 2048 >/dev/null 2>&1 && "
+             "echo 'not a certificate' > %s/junk.pem", dir, dir, dir, dir);
+    cr_assert_eq(system(cmd), 0, "openssl failed: %s", cmd);
+    return dir;
+}
+
+static void remove_cert(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(config, tls_keys_load_contexts)
+{
+    const char *d = make_cert();
+    char text[1024];
+    struct config cfg;
+    snprintf(text, sizeof text,
+             "[proxy]\nlisten =\ntls_listen = 127.0.0.1:6390\n"
+             "tls_cert_file = %s/cert.pem\ntls_key_file = %s/key.pem\n"
+             "tls_ca_cert_file = %s/cert.pem\ntls_auth_clients = optional\n"
+             "backend_tls = on\nbackend_tls_ca_cert_file = %s/cert.pem\n"
+             "backend_tls_server_name = redis.internal\nbackend_tls_verify = off\n"
+             "tls_protocols = TLSv1.3\n", d, d, d, d);
+    load_ok(text, &cfg);
+    cr_assert_null(cfg.listen);
+    cr_assert_str_eq(cfg.tls_listen, "127.0.0.1:6390");
+    cr_assert_not_null(cfg.client_tls_ctx);
+    cr_assert_not_null(cfg.backend_tls_ctx);
+    cr_assert_eq(cfg.tls_auth_clients, 1);
+    cr_assert_eq(cfg.backend_tls_verify, 0);
+    cr_assert_str_eq(cfg.backend_tls_server_name, "redis.internal");
+    config_free(&cfg);
+
+    load_ok("[proxy]\n", &cfg);
+    cr_assert_null(cfg.backend_tls_ctx, "TLS is off by default");
+    cr_assert_null(cfg.client_tls_ctx);
+    cr_assert_eq(cfg.backend_tls_verify, 1, "verification is on by default");
+    config_free(&cfg);
+    remove_cert(d);
+}
+
+Test(config, tls_file_errors_name_the_key_line_and_file)
+{
+    const char *d = make_cert();
+    char text[1024], want[256];
+
+    snprintf(text, sizeof text, "[proxy]\ntls_listen = 127.0.0.1:6390\n"
+             "tls_cert_file = %s/missing.pem\ntls_key_file = %s/key.pem\n", d, d);
+    snprintf(want, sizeof want, "tls_cert_file '%s/missing.pem': cannot open: No such file", d);
+    load_err(text, 3, want);
+
+    snprintf(text, sizeof text, "[proxy]\ntls_listen = 127.0.0.1:6390\n"
+             "tls_cert_file = %s/junk.pem\ntls_key_file = %s/key.pem\n", d, d);
+    snprintf(want, sizeof want, "tls_cert_file '%s/junk.pem': not a PEM certificate", d);
+    load_err(text, 3, want);
+
+    snprintf(text, sizeof text, "[proxy]\ntls_listen = 127.0.0.1:6390\n"
+             "tls_key_file = %s/other.pem\ntls_cert_file = %s/cert.pem\n", d, d);
+    snprintf(want, sizeof want, "'%s/other.pem' does not match the certificate", d);
+    load_err(text, 3, want);
+
+    snprintf(text, sizeof text, "[proxy]\nbackend_tls = on\n"
+             "backend_tls_ca_cert_file = %s/junk.pem\n", d);
+    load_err(text, 3, "backend_tls_ca_cert_file");
+
+    snprintf(text, sizeof text, "[proxy]\nbackend_tls = on\n\n"
+             "backend_tls_key_file = %s/junk.pem\nbackend_tls_cert_file = %s/cert.pem\n", d, d);
+    snprintf(want, sizeof want, "backend_tls_key_file '%s/junk.pem': not a PEM private key", d);
+    load_err(text, 4, want);
+
+    load_err("[proxy]\nbackend_tls = on\ntls_protocols = TLSv1.2 SSLv3\n", 3,
+             "tls_protocols unknown protocol 'SSLv3'");
+    load_err("[proxy]\nbackend_tls = on\ntls_ciphers = NOPE\n", 3, "tls_ciphers no usable cipher");
+    remove_cert(d);
+}
+
+Test(config, tls_settings_that_do_not_fit)
+{
+    load_err("[proxy]\ntls_listen = 127.0.0.1:6390\n", 2, "tls_listen needs tls_cert_file");
+    load_err("[proxy]\nlisten = 127.0.0.1:7000\ntls_listen = 127.0.0.1:7000\n", 3,
+             "is the listen address too");
+    load_err("[proxy]\ntls_cert_file = /x.pem\n", 2, "tls_cert_file and tls_key_file go together");
+    load_err("[proxy]\nbackend_tls_key_file = /x.pem\n", 2,
+             "backend_tls_cert_file and backend_tls_key_file go together");
+    load_err("[proxy]\ntls_listen = 127.0.0.1:6390\ntls_cert_file = /c\ntls_key_file = /k\n"
+             "tls_auth_clients = yes\n", 5, "set tls_ca_cert_file");
+    load_err("[proxy]\nbackend = unix:/tmp/r.sock\nbackend_tls = on\n", 3,
+             "needs a host:port backend");
+    load_err("[proxy]\ntls_auth_clients = maybe\n", 2, "expected no, optional or yes");
+    load_err("[proxy]\nbackend_tls = yes\n", 2, "backend_tls");
 }
