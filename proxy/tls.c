@@ -22,6 +22,7 @@
 
 struct tls_context {
     SSL_CTX *ctx;
+    SSL_SESSION *resume;        /* towards the backend: the newest session it gave us */
 };
 
 struct tls {
@@ -175,6 +176,18 @@ static int load_files(SSL_CTX *ctx, enum tls_side side, const struct tls_setting
     return 0;
 }
 
+/* A session the backend gave: kept for the next connection (the reference
+ * is ours: return 1). */
+static int on_new_session(SSL *ssl, SSL_SESSION *sess)
+{
+    struct tls_context *c = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    if (c == NULL || !SSL_SESSION_is_resumable(sess))
+        return 0;
+    SSL_SESSION_free(c->resume);
+    c->resume = sess;
+    return 1;
+}
+
 struct tls_context *tls_context_new(enum tls_side side, const struct tls_settings *st,
                                     const char **bad_key, char *err, size_t errlen)
 {
@@ -215,6 +228,15 @@ struct tls_context *tls_context_new(enum tls_side side, const struct tls_setting
     *bad_key = NULL;
     struct tls_context *c = xcalloc(1, sizeof *c);
     c->ctx = ctx;
+    if (to_backend) {
+        /* Resume sessions: a client's first backend connection (1:1, or its
+         * own before it joins a shared one) then skips the certificate
+         * exchange. OpenSSL tells each new session (TLS 1.3: each ticket). */
+        SSL_CTX_set_app_data(ctx, c);
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
+                                            SSL_SESS_CACHE_NO_INTERNAL_STORE);
+        SSL_CTX_sess_set_new_cb(ctx, on_new_session);
+    }
     return c;
 
 fail:
@@ -227,6 +249,8 @@ void tls_context_free(struct tls_context *c)
 {
     if (c == NULL)
         return;
+    SSL_CTX_set_app_data(c->ctx, NULL);     /* sessions still open outlive c */
+    SSL_SESSION_free(c->resume);
     SSL_CTX_free(c->ctx);
     free(c);
 }
@@ -334,6 +358,9 @@ static int handshake_step(struct tls *t)
         return 0;
     }
     t->handshaken = 1;
+    log_debug("TLS handshake with the %s done: %s, %s, session %s",
+              SSL_is_server(t->ssl) ? "client" : "backend", SSL_get_version(t->ssl),
+              SSL_get_cipher_name(t->ssl), SSL_session_reused(t->ssl) ? "resumed" : "new");
     flush_out(t, NULL, NULL);
     if (t->early_len > 0) {
         uv_buf_t b = uv_buf_init(t->early, (unsigned)t->early_len);
@@ -484,6 +511,8 @@ int tls_start(struct xport *x, struct tls_context *ctx, const char *name, tls_ha
         SSL_set_connect_state(t->ssl);
         if (name != NULL)
             set_peer_name(t->ssl, name);
+        if (ctx->resume != NULL)
+            SSL_set_session(t->ssl, ctx->resume);
     } else {
         SSL_set_accept_state(t->ssl);
     }
@@ -498,6 +527,15 @@ void tls_free(struct tls *t)
 {
     if (t == NULL)
         return;
+    if (t->handshaken && t->err[0] == '\0' && !t->dead) {
+        /* A clean end: close_notify, best effort (the handle is closing).
+         * It also keeps the session resumable: OpenSSL drops the session of
+         * a connection freed without one. */
+        ERR_clear_error();
+        SSL_shutdown(t->ssl);
+        ERR_clear_error();
+        flush_out(t, NULL, NULL);
+    }
     resume_forget(t);
     if (t->sock_reading)
         uv_read_stop(&t->x->h.stream);
