@@ -52,13 +52,17 @@ void bconn_close(struct bconn *b)
 }
 
 /* The connection failed. Before it was ready that is a backend the clients
- * cannot have: srv->down_reason says why, in the words they get. */
+ * cannot have: srv->down_reason says why, in the words they get. A TLS
+ * connection that fails before the backend said anything counts as not
+ * ready too: under TLS 1.3 the server checks a client certificate after the
+ * client's side of the handshake is done, and its refusal (an alert, or a
+ * reset) comes on the first read. */
 static void bconn_fail(struct bconn *b, const char *why, int reason_set)
 {
     struct server *srv = b->srv;
     if (b->state == BC_IDLE || b->state == BC_CLOSING)
         return;
-    int was_ready = b->state == BC_READY;
+    int was_ready = b->state == BC_READY && (b->x.tls == NULL || b->answered);
     if (!was_ready) {
         srv->stats.backend_connect_errors++;
         server_backend_failed(srv);
@@ -153,6 +157,7 @@ static void bconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     loop_clock_update();
     b->srv->stats.bytes_from_backends += (uint64_t)nread;
+    b->answered = 1;
     const char *p = buf->base;
     size_t left = (size_t)nread;
     while (left > 0 && b->state >= BC_HANDSHAKE && b->state <= BC_READY) {
@@ -289,6 +294,7 @@ void bconn_connect(struct bconn *b, int with_auth)
     ASSERT(b->state == BC_IDLE);
     b->auth = with_auth && srv->cfg->backend_password != NULL;
     b->raw = 0;
+    b->answered = 0;
     b->started = now_ms_monotonic();
     reply_scanner_init(&b->rs);
     bconn_set_state(b, BC_CONNECTING);

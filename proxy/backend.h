@@ -72,6 +72,7 @@ struct bconn {
     unsigned counted:1;             /* counted now */
     unsigned raw:1;                 /* replication stream: bytes are not framed */
     unsigned auth:1;                /* send the proxy's AUTH on connect (backend_password) */
+    unsigned answered:1;            /* the backend has sent reply bytes on this connection */
     uint64_t started;               /* monotonic ms of the connect */
     struct reply_scanner rs;
 };

@@ -305,6 +305,23 @@ static void queue_error(struct session *s, const char *msg)
     queue_local(s, line, (size_t)n, 0);
 }
 
+/* The backend will not answer what was sent to it: each request owed a
+ * reply gets the reason instead, in its place; the proxy's own requests are
+ * forgotten. */
+static void q_fail_backend_entries(struct session *s)
+{
+    uint32_t n = s->qlen;
+    for (uint32_t i = 0; i < n; i++) {
+        struct pending p = s->q[s->qhead];
+        s->q[s->qhead].local_owned = 0;
+        q_pop(s);
+        if (p.kind == PK_LOCAL)
+            *q_push(s) = p;
+        else if (p.kind == PK_FORWARD)
+            queue_error(s, s->srv->down_reason);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Session lifetime                                                          */
 
@@ -403,17 +420,24 @@ static void backend_lost(struct session *s, const char *why)
         finish_after_flush(s);
 }
 
-/* No backend for s (never connected): what it sent is answered with the
- * reason, then it closes, as redis-server does when it cannot take a client;
- * the next connection tries the backend again. */
+/* No backend for s (it never connected, or its TLS session was refused
+ * before the backend answered): what it sent is answered with the reason,
+ * then it closes, as redis-server does when it cannot take a client; the
+ * next connection tries the backend again. */
 static void backend_unavailable(struct session *s)
 {
     session_set_mode(s, SM_DOWN);
-    q_drop_backend_entries(s);
-    if (s->ilen > 0)
+    q_fail_backend_entries(s);
+    if (s->ilen > 0) {
         process_input(s, s->ibuf, s->ilen, 1);
-    else
+    } else if (s->qlen > 0) {
+        emit_locals(s);             /* what it had sent is answered: then it closes */
+        flush_all(s);
+        if (!s->closing)
+            finish_after_flush(s);
+    } else {
         client_read_start(s);
+    }
 }
 
 void session_shared_lost(struct session *s, int was_ready)

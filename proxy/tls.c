@@ -93,9 +93,10 @@ static int set_protocols(SSL_CTX *ctx, const char *list, char *err, size_t errle
     };
     long no = SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1 | SSL_OP_NO_TLSv1_2 | SSL_OP_NO_TLSv1_3;
     char word[16];
-    const char *p = list != NULL ? list : "TLSv1.2 TLSv1.3";
+    const char *text = list != NULL ? list : "TLSv1.2 TLSv1.3";
+    const char *p = text + strspn(text, " \t,\"");
     while (*p != '\0') {
-        size_t n = strcspn(p, " \t,");
+        size_t n = strcspn(p, " \t,\"");
         if (n > 0) {
             size_t i;
             snprintf(word, sizeof word, "%.*s", (int)(n < sizeof word ? n : sizeof word - 1), p);
@@ -103,17 +104,17 @@ static int set_protocols(SSL_CTX *ctx, const char *list, char *err, size_t errle
                 if (n < sizeof word && strcasecmp(word, v[i].name) == 0)
                     break;
             if (i == sizeof v / sizeof v[0]) {
-                snprintf(err, errlen, "unknown protocol '%.*s' (expected TLSv1, TLSv1.1, "
-                         "TLSv1.2 or TLSv1.3, separated by spaces)", (int)n, p);
+                snprintf(err, errlen, "'%s': unknown protocol '%.*s' (expected TLSv1, TLSv1.1, "
+                         "TLSv1.2 or TLSv1.3, separated by spaces)", text, (int)n, p);
                 return -1;
             }
             no &= ~v[i].no;
         }
         p += n;
-        p += strspn(p, " \t,");
+        p += strspn(p, " \t,\"");
     }
     if (no == (SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1 | SSL_OP_NO_TLSv1_2 | SSL_OP_NO_TLSv1_3)) {
-        snprintf(err, errlen, "no protocol given (e.g. TLSv1.2 TLSv1.3)");
+        snprintf(err, errlen, "'%s': no protocol given (e.g. TLSv1.2 TLSv1.3)", text);
         return -1;
     }
     /* OpenSSL's security level may forbid the old versions anyway. */
@@ -205,12 +206,12 @@ struct tls_context *tls_context_new(enum tls_side side, const struct tls_setting
         goto fail;
     *bad_key = "tls_ciphers";
     if (st->ciphers != NULL && SSL_CTX_set_cipher_list(ctx, st->ciphers) != 1) {
-        snprintf(err, errlen, "no usable cipher in '%s'", st->ciphers);
+        snprintf(err, errlen, "'%s': no usable cipher in it", st->ciphers);
         goto fail;
     }
     *bad_key = "tls_ciphersuites";
     if (st->ciphersuites != NULL && SSL_CTX_set_ciphersuites(ctx, st->ciphersuites) != 1) {
-        snprintf(err, errlen, "no usable TLSv1.3 cipher suite in '%s'", st->ciphersuites);
+        snprintf(err, errlen, "'%s': no usable TLSv1.3 cipher suite in it", st->ciphersuites);
         goto fail;
     }
     if (load_files(ctx, side, st, bad_key, err, errlen) < 0)

@@ -545,7 +545,7 @@ Test(config, tls_keys_load_contexts)
              "tls_ca_cert_file = %s/cert.pem\ntls_auth_clients = optional\n"
              "backend_tls = on\nbackend_tls_ca_cert_file = %s/cert.pem\n"
              "backend_tls_server_name = redis.internal\nbackend_tls_verify = off\n"
-             "tls_protocols = TLSv1.3\n", d, d, d, d);
+             "tls_protocols = \"TLSv1.2 TLSv1.3\"\n", d, d, d, d);
     load_ok(text, &cfg);
     cr_assert_null(cfg.listen);
     cr_assert_str_eq(cfg.tls_listen, "127.0.0.1:6390");
@@ -594,8 +594,9 @@ Test(config, tls_file_errors_name_the_key_line_and_file)
     load_err(text, 4, want);
 
     load_err("[proxy]\nbackend_tls = on\ntls_protocols = TLSv1.2 SSLv3\n", 3,
-             "tls_protocols unknown protocol 'SSLv3'");
-    load_err("[proxy]\nbackend_tls = on\ntls_ciphers = NOPE\n", 3, "tls_ciphers no usable cipher");
+             "tls_protocols 'TLSv1.2 SSLv3': unknown protocol 'SSLv3'");
+    load_err("[proxy]\nbackend_tls = on\ntls_ciphers = NOPE\n", 3,
+             "tls_ciphers 'NOPE': no usable cipher");
     remove_cert(d);
 }
 
