@@ -414,7 +414,7 @@ static void health_answer(struct admin_conn *c, int head, int keep_alive)
         answer_text(c, 200, "ok\n", head, keep_alive, NULL);
         return;
     }
-    snprintf(text, sizeof text, "backend %s: %s\n", adm.srv->backend_name, adm.health_reason);
+    snprintf(text, sizeof text, "backend %s: %s\n", adm.srv->backend.name, adm.health_reason);
     answer_text(c, 503, text, head, keep_alive, NULL);
 }
 

@@ -1,6 +1,7 @@
 /*
  * backend: one connection to the backend (see the state diagram in backend.h).
  */
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,80 @@
 #include "server.h"
 #include "stats.h"
 #include "util.h"
+
+/* ---- targets ------------------------------------------------------------------ */
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    struct target *t = req->data;
+    t->resolving = 0;
+    if (status == 0 && res != NULL) {
+        memcpy(&t->sa, res->ai_addr, res->ai_addrlen);
+        t->sa_ok = 1;
+    } else if (status != UV_ECANCELED) {
+        log_warn("cannot resolve backend '%s': %s", t->addr.host, uv_strerror(status));
+    }
+    uv_freeaddrinfo(res);
+}
+
+static int is_numeric(const struct addr *a, struct sockaddr_storage *ss)
+{
+    return uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)ss) == 0 ||
+           uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)ss) == 0;
+}
+
+/* Resolve a host name in the background (at most once a second). */
+static void resolve_later(struct target *t)
+{
+    static struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+    struct sockaddr_storage ss;
+    char port[8];
+    uint64_t now = now_ms_monotonic();
+    if (t->addr.is_unix || t->resolving || now - t->last_resolve < 1000 ||
+        is_numeric(&t->addr, &ss))
+        return;
+    snprintf(port, sizeof port, "%d", t->addr.port);
+    t->last_resolve = now;
+    t->gai.data = t;
+    if (uv_getaddrinfo(t->srv->loop, &t->gai, on_resolved, t->addr.host, port, &hints) == 0)
+        t->resolving = 1;
+}
+
+void target_set(struct target *t, struct server *srv, const struct addr *a, int blocking)
+{
+    char err[300];
+    target_cancel(t);
+    t->srv = srv;
+    t->addr = *a;
+    addr_format(a, t->name, sizeof t->name);
+    t->sa_ok = 0;
+    t->last_resolve = 0;
+    if (a->is_unix)
+        return;
+    if (is_numeric(a, &t->sa)) {
+        t->sa_ok = 1;
+    } else if (!blocking) {
+        resolve_later(t);
+    } else if (addr_resolve(a, &t->sa, err, sizeof err) == 0) {
+        t->sa_ok = 1;
+    } else {
+        log_warn("backend: %s", err);
+    }
+}
+
+void target_cancel(struct target *t)
+{
+    if (t->resolving)
+        uv_cancel((uv_req_t *)&t->gai);
+}
+
+/* A connect failed: the backend may have moved. */
+static void target_failed(struct target *t)
+{
+    resolve_later(t);
+}
+
+/* ---- connections ---------------------------------------------------------------- */
 
 static void bconn_set_state(struct bconn *b, enum bconn_state st)
 {
@@ -19,6 +94,7 @@ void bconn_init(struct bconn *b, struct server *srv, const struct bconn_ops *ops
 {
     memset(b, 0, sizeof *b);
     b->srv = srv;
+    b->t = &srv->backend;
     b->ops = ops;
     b->owner = owner;
     b->counts = 1;
@@ -52,24 +128,24 @@ void bconn_close(struct bconn *b)
 }
 
 /* The connection failed. Before it was ready that is a backend the clients
- * cannot have: srv->down_reason says why, in the words they get. A TLS
+ * cannot have: t->down_reason says why, in the words they get. A TLS
  * connection that fails before the backend said anything counts as not
  * ready too: under TLS 1.3 the server checks a client certificate after the
  * client's side of the handshake is done, and its refusal (an alert, or a
  * reset) comes on the first read. */
 static void bconn_fail(struct bconn *b, const char *why, int reason_set)
 {
-    struct server *srv = b->srv;
+    struct target *t = b->t;
     if (b->state == BC_IDLE || b->state == BC_CLOSING)
         return;
     int was_ready = b->state == BC_READY && (b->x.tls == NULL || b->answered);
     if (!was_ready) {
-        srv->stats.backend_connect_errors++;
-        server_backend_failed(srv);
+        b->srv->stats.backend_connect_errors++;
+        target_failed(t);
         if (!reason_set) {
-            snprintf(srv->down_reason, sizeof srv->down_reason,
-                     "ERR ttlguard: backend %s unavailable: %s", srv->backend_name, why);
-            log_warn("backend %s unavailable: %s", srv->backend_name, why);
+            snprintf(t->down_reason, sizeof t->down_reason,
+                     "ERR ttlguard: backend %s unavailable: %s", t->name, why);
+            log_warn("backend %s unavailable: %s", t->name, why);
         }
     }
     bconn_close_handle(b);
@@ -128,11 +204,11 @@ static void handshake_reply(struct bconn *b, const char *p, size_t n, int done, 
     }
     while (len > 0 && (text[len - 1] == '\r' || text[len - 1] == '\n'))
         len--;
-    struct server *srv = b->srv;
-    snprintf(srv->down_reason, sizeof srv->down_reason,
+    struct target *t = b->t;
+    snprintf(t->down_reason, sizeof t->down_reason,
              "ERR ttlguard: backend %s refused the proxy's AUTH: %.*s",
-             srv->backend_name, len > 1 ? (int)len - 1 : 0, text + 1);
-    log_error("%s", srv->down_reason + 4);
+             t->name, len > 1 ? (int)len - 1 : 0, text + 1);
+    log_error("%s", t->down_reason + 4);
     char why[240];
     snprintf(why, sizeof why, "AUTH refused: %.*s", len > 1 ? (int)len - 1 : 0, text + 1);
     bconn_fail(b, why, 1);
@@ -260,10 +336,10 @@ static void on_bconn_tls(struct xport *x, const char *why)
 
 /* The name the backend's certificate must carry: backend_tls_server_name,
  * or the host of the backend address. */
-static const char *tls_name(const struct server *srv)
+static const char *tls_name(const struct bconn *b)
 {
-    const char *name = srv->cfg->backend_tls_server_name;
-    return name != NULL ? name : srv->backend_addr.host;
+    const char *name = b->srv->cfg->backend_tls_server_name;
+    return name != NULL ? name : b->t->addr.host;
 }
 
 static void on_bconn_connect(uv_connect_t *req, int status)
@@ -283,7 +359,7 @@ static void on_bconn_connect(uv_connect_t *req, int status)
         return;
     }
     bconn_set_state(b, BC_TLS);
-    int r = tls_start(&b->x, srv->cfg->backend_tls_ctx, tls_name(srv), on_bconn_tls);
+    int r = tls_start(&b->x, srv->cfg->backend_tls_ctx, tls_name(b), on_bconn_tls);
     if (r < 0)
         bconn_fail(b, uv_strerror(r), 0);
 }
@@ -291,6 +367,7 @@ static void on_bconn_connect(uv_connect_t *req, int status)
 void bconn_connect(struct bconn *b, int with_auth)
 {
     struct server *srv = b->srv;
+    struct target *t = b->t;
     ASSERT(b->state == BC_IDLE);
     b->auth = with_auth && srv->cfg->backend_password != NULL;
     b->raw = 0;
@@ -298,21 +375,21 @@ void bconn_connect(struct bconn *b, int with_auth)
     b->started = now_ms_monotonic();
     reply_scanner_init(&b->rs);
     bconn_set_state(b, BC_CONNECTING);
-    if (srv->backend_addr.is_unix) {
+    if (t->addr.is_unix) {
         uv_pipe_init(srv->loop, &b->x.h.pipe, 0);
         b->x.h.handle.data = b;
         b->creq.data = b;
-        uv_pipe_connect(&b->creq, &b->x.h.pipe, srv->backend_addr.host, on_bconn_connect);
+        uv_pipe_connect(&b->creq, &b->x.h.pipe, t->addr.host, on_bconn_connect);
         return;
     }
     uv_tcp_init(srv->loop, &b->x.h.tcp);
     b->x.h.handle.data = b;
     b->creq.data = b;
-    if (!srv->backend_sa_ok) {
+    if (!t->sa_ok) {
         bconn_fail(b, "cannot resolve the host name", 0);
         return;
     }
-    int r = uv_tcp_connect(&b->creq, &b->x.h.tcp, (struct sockaddr *)&srv->backend_sa,
+    int r = uv_tcp_connect(&b->creq, &b->x.h.tcp, (struct sockaddr *)&t->sa,
                            on_bconn_connect);
     if (r < 0)
         bconn_fail(b, uv_strerror(r), 0);

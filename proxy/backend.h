@@ -20,7 +20,7 @@
  *            or, in raw mode (a replication stream), nothing is framed and
  *            every byte is handed over as it comes;
  *   read_end after every read, once all of its replies were handed over;
- *   failed   the connect failed (was_ready = 0: srv->down_reason says why, in
+ *   failed   the connect failed (was_ready = 0: t->down_reason says why, in
  *            the words clients get) or the connection was lost after ready;
  *            the handle is already closing;
  *   closed   the handle is closed: the owner may free the bconn or connect it
@@ -32,13 +32,36 @@
 #define TTLG_BACKEND_H
 
 #include <stdint.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include "resp_reply.h"
+#include "util.h"
 #include "wbatch.h"
 
 struct server;
 struct bconn;
+
+/* Where backend connections go: [proxy] backend, or one node of a cluster
+ * (cluster.c). A host name is resolved when set; after a failed connect it
+ * is resolved again in the background (at most once a second), in case the
+ * backend moved (containers do). */
+struct target {
+    struct server *srv;
+    struct addr addr;
+    char name[300];                  /* printable, for messages */
+    char down_reason[512];           /* the error line sessions without this backend get */
+    struct sockaddr_storage sa;      /* resolved address (TCP) */
+    int sa_ok;
+    uv_getaddrinfo_t gai;            /* the background resolution */
+    int resolving;
+    uint64_t last_resolve;           /* monotonic ms */
+};
+
+/* Point t at a. blocking: resolve a host name now (start, reload); else in
+ * the background (a connect before it is done fails and tries again). */
+void target_set(struct target *t, struct server *srv, const struct addr *a, int blocking);
+void target_cancel(struct target *t);
 
 enum bconn_state {
     BC_IDLE,        /* no handle */
@@ -63,6 +86,7 @@ struct bconn {
     uv_connect_t creq;
     uv_shutdown_t sreq;
     struct server *srv;
+    struct target *t;               /* where it connects: srv->backend unless set otherwise */
     const struct bconn_ops *ops;
     void *owner;
     unsigned char state;            /* enum bconn_state */

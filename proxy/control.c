@@ -139,7 +139,7 @@ static void acl_seen(char type)
                memmem(ctl.buf, ctl.len, "$2\r\non\r\n", 8) != NULL;
     if (!open && !srv->clients_must_auth)
         log_warn("the default user of %s now needs a password: clients must authenticate "
-                 "and nothing is shared", srv->backend_name);
+                 "and nothing is shared", srv->backend.name);
     srv->clients_must_auth = !open;
 }
 

@@ -271,7 +271,7 @@ static struct mux *mux_get(struct server *srv, int db, int resp3)
     for (struct mux *m = mux_list; m != NULL; m = m->next)
         if (m->db == db && m->resp3 == resp3)
             return m;
-    if (!srv->backend_addr.is_unix && !srv->backend_sa_ok)
+    if (!srv->backend.addr.is_unix && !srv->backend.sa_ok)
         return NULL;
     struct mux *m = xcalloc(1, sizeof *m);
     m->srv = srv;

@@ -57,8 +57,7 @@ static void finish_shutdown(struct server *srv)
         uv_close((uv_handle_t *)&srv->sig_int, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_hup, on_close_noop);
         uv_close((uv_handle_t *)&srv->sig_usr1, on_close_noop);
-        if (srv->resolving)
-            uv_cancel((uv_req_t *)&srv->gai);
+        target_cancel(&srv->backend);
         admin_stop();
         events_shutdown();
     }
@@ -131,57 +130,6 @@ static void on_signal(uv_signal_t *h, int signum)
     begin_shutdown(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-/* A host:port to a socket address: numeric at once, a name through the
- * resolver (blocking: used at start and on reload only). */
-static int resolve(const struct addr *a, struct sockaddr_storage *ss, char *err, size_t errlen)
-{
-    if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)ss) == 0 ||
-        uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)ss) == 0)
-        return 0;
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res;
-    char port[8];
-    snprintf(port, sizeof port, "%d", a->port);
-    int r = getaddrinfo(a->host, port, &hints, &res);
-    if (r != 0) {
-        snprintf(err, errlen, "cannot resolve '%s': %s", a->host, gai_strerror(r));
-        return -1;
-    }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    return 0;
-}
-
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
-{
-    struct server *srv = req->data;
-    srv->resolving = 0;
-    if (status == 0 && res != NULL) {
-        memcpy(&srv->backend_sa, res->ai_addr, res->ai_addrlen);
-        srv->backend_sa_ok = 1;
-    } else if (status != UV_ECANCELED) {
-        log_warn("cannot resolve backend '%s': %s", srv->backend_addr.host, uv_strerror(status));
-    }
-    uv_freeaddrinfo(res);
-}
-
-void server_backend_failed(struct server *srv)
-{
-    struct sockaddr_storage ss;
-    const struct addr *a = &srv->backend_addr;
-    uint64_t now = now_ms_monotonic();
-    if (a->is_unix || srv->resolving || now - srv->last_resolve < 1000 ||
-        uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss) == 0 ||
-        uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss) == 0)
-        return;
-    static struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-    char port[8];
-    snprintf(port, sizeof port, "%d", a->port);
-    srv->last_resolve = now;
-    srv->gai.data = srv;
-    if (uv_getaddrinfo(srv->loop, &srv->gai, on_resolved, a->host, port, &hints) == 0)
-        srv->resolving = 1;
-}
-
 /* Listen on a; the new handle is returned in *out (freed when closed). */
 static int start_listening(struct server *srv, const struct addr *a, uv_stream_t **out,
                            char *err, size_t errlen)
@@ -195,7 +143,7 @@ static int start_listening(struct server *srv, const struct addr *a, uv_stream_t
     } else {
         struct sockaddr_storage ss;
         uv_tcp_init(srv->loop, &h->tcp);
-        if (resolve(a, &ss, err, errlen) != 0) {
+        if (addr_resolve(a, &ss, err, errlen) != 0) {
             uv_close((uv_handle_t *)h, on_close_free);
             return -1;
         }
@@ -213,20 +161,6 @@ static int start_listening(struct server *srv, const struct addr *a, uv_stream_t
     }
     *out = (uv_stream_t *)h;
     return 0;
-}
-
-/* Resolve the backend now; when that fails, sessions answer with the reason
- * and each failed connect tries again in the background. */
-static void resolve_backend(struct server *srv)
-{
-    char err[300];
-    srv->backend_sa_ok = 0;
-    if (srv->backend_addr.is_unix)
-        return;
-    if (resolve(&srv->backend_addr, &srv->backend_sa, err, sizeof err) == 0)
-        srv->backend_sa_ok = 1;
-    else
-        log_warn("backend: %s", err);
 }
 
 /* A backend at the proxy's own listen address would have every session
@@ -319,7 +253,7 @@ static void reload(struct server *srv)
     }
 
     struct listener plain = { NULL, srv->plain.addr, 0 }, secure = { NULL, { 0 }, 1 };
-    struct addr backend_addr = srv->backend_addr;
+    struct addr backend_addr = srv->backend.addr;
     const char *listen_text = srv->listen_override ? NULL : cfg->listen;
     int want_plain = srv->listen_override || cfg->listen != NULL;
     if ((listen_text != NULL && addr_parse(listen_text, &plain.addr, err, sizeof err) != 0) ||
@@ -341,10 +275,8 @@ static void reload(struct server *srv)
     }
     char a[300];
     addr_format(&backend_addr, a, sizeof a);
-    if (strcmp(a, srv->backend_name) != 0 || backend_tls_changed(srv->cfg, cfg)) {
-        srv->backend_addr = backend_addr;
-        snprintf(srv->backend_name, sizeof srv->backend_name, "%s", a);
-        resolve_backend(srv);
+    if (strcmp(a, srv->backend.name) != 0 || backend_tls_changed(srv->cfg, cfg)) {
+        target_set(&srv->backend, srv, &backend_addr, 1);
         mux_backend_changed();
         control_backend_changed();
     }
@@ -397,26 +329,26 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     srv->cfg = cfg;
     srv->listen_override = listen_override != NULL;
     srv->backend_override = backend_override != NULL;
+    struct addr backend_addr;
     srv->secure.tls = 1;
     const char *listen_text = listen_override ? listen_override : cfg->listen;
     if ((listen_text != NULL && addr_parse(listen_text, &srv->plain.addr, err, sizeof err) != 0) ||
         (cfg->tls_listen != NULL &&
          addr_parse(cfg->tls_listen, &srv->secure.addr, err, sizeof err) != 0) ||
-        addr_parse(backend_override ? backend_override : cfg->backend, &srv->backend_addr,
+        addr_parse(backend_override ? backend_override : cfg->backend, &backend_addr,
                    err, sizeof err) != 0 ||
-        (listen_text != NULL && backend_is_self(&srv->plain.addr, &srv->backend_addr, err,
+        (listen_text != NULL && backend_is_self(&srv->plain.addr, &backend_addr, err,
                                                 sizeof err)) ||
-        (cfg->tls_listen != NULL && backend_is_self(&srv->secure.addr, &srv->backend_addr, err,
+        (cfg->tls_listen != NULL && backend_is_self(&srv->secure.addr, &backend_addr, err,
                                                     sizeof err))) {
         log_error("%s", err);
         return 1;
     }
-    if (cfg->backend_tls && srv->backend_addr.is_unix) {
+    if (cfg->backend_tls && backend_addr.is_unix) {
         log_error("backend_tls = on needs a host:port backend, not %s", backend_override);
         return 1;
     }
-    addr_format(&srv->backend_addr, srv->backend_name, sizeof srv->backend_name);
-    resolve_backend(srv);
+    target_set(&srv->backend, srv, &backend_addr, 1);
     srv->commands = command_set_new(&server_id_default);
     srv->rbuf_size = RBUF_SIZE;
     srv->rbuf = xmalloc(srv->rbuf_size);
@@ -472,7 +404,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
         addr_format(&srv->secure.addr, tname + n, sizeof tname - n);
     }
     log_info("ttlguard %s listening on %s%s, backend %s%s", TTLG_VERSION, lname, tname,
-             srv->backend_name, cfg->backend_tls ? " (TLS)" : "");
+             srv->backend.name, cfg->backend_tls ? " (TLS)" : "");
     if (cfg->backend_tls && !cfg->backend_tls_verify)
         log_warn("backend_tls_verify = off: the backend's certificate is not verified, so "
                  "anyone on the path can pose as it; for tests only");

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "backend.h"
 #include "config.h"
 #include "util.h"
 
@@ -53,14 +54,7 @@ struct server {
     uv_loop_t *loop;
     struct config *cfg;              /* current config; sessions read it per request */
     struct listener plain, secure;   /* listen, tls_listen */
-    struct addr backend_addr;
-    char backend_name[300];          /* printable backend address for messages */
-    char down_reason[512];           /* the error line sessions without a backend answer with */
-    struct sockaddr_storage backend_sa; /* resolved backend address (TCP) */
-    int backend_sa_ok;
-    uv_getaddrinfo_t gai;            /* re-resolution of a backend host name */
-    int resolving;
-    uint64_t last_resolve;           /* monotonic ms */
+    struct target backend;           /* [proxy] backend (a cluster's seed: its entry port) */
     char backend_policy[32];         /* maxmemory-policy last reported */
     int backend_policy_known;
     int auth_known;                  /* the control connection has said whether... */
@@ -107,10 +101,6 @@ static inline void loop_clock_update(void)
  * which frees it, or its reloaded successors, on the way out).
  * Runs the loop until shutdown; returns the process exit status. */
 int server_run(struct config *cfg, const char *listen_override, const char *backend_override);
-
-/* A backend connect failed: resolve a host name again (at most once a second,
- * in the background), in case the backend moved (containers do). */
-void server_backend_failed(struct server *srv);
 
 /* The backend's command set (ownership passes to srv; the old one is freed).
  * from_backend: it was read from the backend, not assumed. Sessions that

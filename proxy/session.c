@@ -318,7 +318,7 @@ static void q_fail_backend_entries(struct session *s)
         if (p.kind == PK_LOCAL)
             *q_push(s) = p;
         else if (p.kind == PK_FORWARD)
-            queue_error(s, s->srv->down_reason);
+            queue_error(s, s->be.t->down_reason);
     }
 }
 
@@ -447,7 +447,7 @@ void session_shared_lost(struct session *s, int was_ready)
     session_set_mode(s, was_ready ? SM_LOST : SM_DOWN);
     if (!was_ready) {
         q_drop_backend_entries(s);
-        queue_error(s, s->srv->down_reason);
+        queue_error(s, s->be.t->down_reason);
         emit_locals(s);
         flush_all(s);
     }
@@ -1124,7 +1124,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
         return HR_DONE;
     }
     if (s->mode != SM_OWN && s->mode != SM_SHARED) {
-        queue_error(s, s->srv->down_reason);
+        queue_error(s, s->be.t->down_reason);
         s->close_after_flush = 1;
         return HR_DONE;
     }

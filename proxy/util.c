@@ -9,6 +9,10 @@
 #include <time.h>
 #include <limits.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <uv.h>
+
 #include "util.h"
 
 enum log_level log_threshold = LOG_INFO;
@@ -262,4 +266,22 @@ void sha1_hex(const void *data, size_t len, char out[41])
         sha1_block(h, tail + 64);
     for (int i = 0; i < 5; i++)
         snprintf(out + 8 * i, 9, "%08x", h[i]);
+}
+
+int addr_resolve(const struct addr *a, struct sockaddr_storage *ss, char *err, size_t errlen)
+{
+    if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)ss) == 0 ||
+        uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)ss) == 0)
+        return 0;
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res;
+    char port[8];
+    snprintf(port, sizeof port, "%d", a->port);
+    int r = getaddrinfo(a->host, port, &hints, &res);
+    if (r != 0) {
+        snprintf(err, errlen, "cannot resolve '%s': %s", a->host, gai_strerror(r));
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
 }

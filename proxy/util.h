@@ -69,6 +69,11 @@ int addr_parse(const char *text, struct addr *a, char *err, size_t errlen);
 /* Format for messages: "127.0.0.1:6379" or "unix:/tmp/redis.sock". */
 void addr_format(const struct addr *a, char *out, size_t outlen);
 
+struct sockaddr_storage;
+/* A host:port to a socket address: numeric at once, a name through the
+ * resolver (blocking: for start and reload only). 0, or -1 with err. */
+int addr_resolve(const struct addr *a, struct sockaddr_storage *ss, char *err, size_t errlen);
+
 /* Lowercase hex SHA-1 of data: the name Redis gives a script (EVALSHA). */
 void sha1_hex(const void *data, size_t len, char out[41]);
 
