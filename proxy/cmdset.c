@@ -57,6 +57,7 @@ static const struct {
 } session_commands[] = {
     { "acl", CID_ACL, 0 },          { "asking", CID_OTHER, CS_PIN },
     { "auth", CID_AUTH, CS_PIN },               { "client", CID_CLIENT, 0 },
+    { "cluster", CID_CLUSTER, 0 },
     { "config", CID_CONFIG, 0 },    { "discard", CID_DISCARD, CS_PIN },
     { "eval", CID_EVAL, 0 },                    { "eval_ro", CID_EVAL_RO, 0 },
     { "evalsha", CID_EVALSHA, 0 },              { "evalsha_ro", CID_EVALSHA_RO, 0 },

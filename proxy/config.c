@@ -85,6 +85,8 @@ static int parse_onoff(const struct conf_key *, enum section_kind, const char *,
 static int parse_text(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_listen(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_tls_auth(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_backend(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_port_range(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 
 #define CFG(f)  offsetof(struct config, f)
 #define RULE(f) offsetof(struct rule, f)
@@ -92,7 +94,7 @@ static int parse_tls_auth(const struct conf_key *, enum section_kind, const char
 /* Every key of every section. docs/config.md describes the same rows. */
 static const struct conf_key conf_keys[] = {
     { "listen",              IN_PROXY, parse_listen,   CFG(listen),              0, 0, NULL },
-    { "backend",             IN_PROXY, parse_addr,     CFG(backend),             0, 0, NULL },
+    { "backend",             IN_PROXY, parse_backend,  CFG(backend),             0, 0, NULL },
     { "backend_username",    IN_PROXY, parse_optional, CFG(backend_username),    0, 0, NULL },
     { "backend_password",    IN_PROXY, parse_optional, CFG(backend_password),    0, 0, NULL },
     { "max_clients",         IN_PROXY, parse_int,      CFG(max_clients),         1, 1000000, "clients" },
@@ -121,6 +123,10 @@ static const struct conf_key conf_keys[] = {
     { "tls_protocols",            IN_PROXY, parse_optional, CFG(tls_protocols),            0, 0, NULL },
     { "tls_ciphers",              IN_PROXY, parse_optional, CFG(tls_ciphers),              0, 0, NULL },
     { "tls_ciphersuites",         IN_PROXY, parse_optional, CFG(tls_ciphersuites),         0, 0, NULL },
+
+    { "cluster",                  IN_PROXY, parse_onoff,      CFG(cluster),            0, 0, NULL },
+    { "cluster_ports",            IN_PROXY, parse_port_range, CFG(cluster_port_min),   0, 0, NULL },
+    { "cluster_announce",         IN_PROXY, parse_optional,   CFG(cluster_announce),   0, 0, NULL },
 
     { "action",  IN_DEFAULT | IN_TTL, parse_action,  RULE(action),  0, 0, NULL },
     { "ttl",     IN_DEFAULT | IN_TTL, parse_ll,      RULE(ttl),     1, TTL_MAX, "seconds" },
@@ -317,6 +323,53 @@ static int parse_admin(const struct conf_key *k, enum section_kind in, const cha
         return -1;
     }
     set_string(field, value);
+    return 0;
+}
+
+/* One address, or (for a cluster) seed addresses separated by spaces:
+ * `backend` keeps the first, `backend_seeds` all of them. */
+static int parse_backend(const struct conf_key *k, enum section_kind in, const char *value,
+                         void *field, char *err, size_t errlen)
+{
+    /* The one key that fills two fields: its row's offset is `backend`. */
+    struct config *cfg = (struct config *)((char *)field - offsetof(struct config, backend));
+    char first[512];
+    size_t n = strcspn(value, " \t");
+    if (n >= sizeof first) {
+        snprintf(err, errlen, "%s = '%.40s...': address too long", k->name, value);
+        return -1;
+    }
+    memcpy(first, value, n);
+    first[n] = '\0';
+    for (const char *p = value; *p != '\0';) {
+        char one[512];
+        size_t len = strcspn(p, " \t");
+        snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), p);
+        if (parse_addr(k, in, one, field, err, errlen) < 0)
+            return -1;
+        p += len;
+        p += strspn(p, " \t");
+    }
+    set_string(field, first);
+    set_string(&cfg->backend_seeds, value[n] != '\0' ? value : NULL);
+    return 0;
+}
+
+/* "7401-7499": a range of TCP ports (cluster_port_min, then _max). */
+static int parse_port_range(const struct conf_key *k, enum section_kind in, const char *value,
+                            void *field, char *err, size_t errlen)
+{
+    int *range = field;
+    char *end;
+    long lo = strtol(value, &end, 10), hi;
+    if (end == value || *end != '-' || (hi = strtol(end + 1, &end, 10), *end != '\0') ||
+        lo < 1 || hi > 65535 || lo > hi) {
+        snprintf(err, errlen, "%s = '%s': expected a range of ports FIRST-LAST, e.g. 7401-7499 "
+                 "(1 to 65535, FIRST at most LAST)", k->name, value);
+        return -1;
+    }
+    range[0] = (int)lo;
+    range[1] = (int)hi;
     return 0;
 }
 
@@ -672,6 +725,64 @@ static const struct conf_key *key_find(const char *name, enum section_kind in)
     return NULL;
 }
 
+/* Edit distance of two short words (keys), for "did you mean". */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (la >= 64 || lb >= 64)
+        return (size_t)-1;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* An unknown key: the section's keys when they are few, else the nearest. */
+static void unknown_key(struct parse *p, const struct section *s, const char *name)
+{
+    char valid[320] = "";
+    size_t used = 0, best = (size_t)-1;
+    const char *nearest = NULL;
+    int fits = 1;
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (!(conf_keys[i].sections & (1u << s->kind)))
+            continue;
+        size_t d = distance(name, conf_keys[i].name);
+        if (d < best) {
+            best = d;
+            nearest = conf_keys[i].name;
+        }
+        int n = snprintf(valid + used, sizeof valid - used, "%s%s", used ? ", " : "",
+                         conf_keys[i].name);
+        if (n < 0 || (size_t)n >= sizeof valid - used)
+            fits = 0;
+        else
+            used += (size_t)n;
+    }
+    if (fits)
+        fail_at(p, p->lineno, "unknown key '%s' in [%s] (expected one of: %s)",
+                name, section_name(s), valid);
+    else if (best <= 2)
+        fail_at(p, p->lineno, "unknown key '%s' in [%s] (did you mean '%s'? docs/config.md "
+                "lists every key)", name, section_name(s), nearest);
+    else
+        fail_at(p, p->lineno, "unknown key '%s' in [%s] (docs/config.md lists every key)",
+                name, section_name(s));
+}
+
 /* The inih handler: one call per "key = value" line, section name unused
  * (the reader tracks sections). Returns 0 on an error so that inih notes
  * the line too. */
@@ -686,15 +797,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
     struct section *s = &p->sec[p->nsec - 1];
     const struct conf_key *k = key_find(name, s->kind);
     if (k == NULL) {
-        char valid[768] = "";
-        size_t used = 0;
-        for (size_t i = 0; i < NKEYS; i++) {
-            if ((conf_keys[i].sections & (1u << s->kind)) && used < sizeof valid)
-                used += (size_t)snprintf(valid + used, sizeof valid - used, "%s%s",
-                                         used ? ", " : "", conf_keys[i].name);
-        }
-        fail_at(p, p->lineno, "unknown key '%s' in [%s] (expected one of: %s)",
-                name, section_name(s), valid);
+        unknown_key(p, s, name);
         return 0;
     }
     size_t idx = (size_t)(k - conf_keys);
@@ -806,6 +909,60 @@ static void check_tls(struct parse *p, const struct section *s)
     }
 }
 
+/* The listener port of an address (0 for unix: or none). */
+static int port_of(const char *text)
+{
+    struct addr a;
+    char why[320];
+    return text != NULL && addr_parse(text, &a, why, sizeof why) == 0 && !a.is_unix ? a.port : 0;
+}
+
+/* cluster = on and its keys. */
+static void check_cluster(struct parse *p, const struct section *s)
+{
+    struct config *c = p->cfg;
+    const char *owners[] = { "listen", "tls_listen", "admin" };
+    const char *addrs[] = { c->listen, c->tls_listen, c->admin };
+    if (!c->cluster) {
+        if (c->backend_seeds != NULL)
+            fail_at(p, line_of(s, "backend"), "backend lists several addresses: that is for "
+                    "a cluster's seeds (cluster = on); one address otherwise");
+        return;
+    }
+    if (strncmp(c->backend, "unix:", 5) == 0) {
+        fail_at(p, line_of(s, "backend"), "cluster = on needs host:port seeds, not %s "
+                "(cluster nodes talk TCP)", c->backend);
+        return;
+    }
+    if (c->cluster_port_min == 0) {
+        fail_at(p, line_of(s, "cluster"), "cluster = on needs cluster_ports = FIRST-LAST: "
+                "one port per cluster node, the addresses its clients are given");
+        return;
+    }
+    if (c->backend_tls || c->tls_listen != NULL) {
+        fail_at(p, line_of(s, "cluster"), "cluster = on with %s is not supported yet",
+                c->backend_tls ? "backend_tls = on" : "tls_listen");
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        int port = port_of(addrs[i]);
+        if (port >= c->cluster_port_min && port <= c->cluster_port_max) {
+            fail_at(p, line_of(s, "cluster_ports"), "cluster_ports %d-%d holds the %s port "
+                    "%d: the node listeners need the range to themselves",
+                    c->cluster_port_min, c->cluster_port_max, owners[i], port);
+            return;
+        }
+    }
+    if (c->cluster_announce == NULL && c->listen != NULL) {
+        struct addr a;
+        char why[320];
+        if (addr_parse(c->listen, &a, why, sizeof why) == 0 &&
+            (a.is_unix || strcmp(a.host, "0.0.0.0") == 0 || strcmp(a.host, "::") == 0))
+            fail_at(p, line_of(s, "listen"), "cluster = on with listen = %s: set "
+                    "cluster_announce, the host clients reach the node ports at", c->listen);
+    }
+}
+
 /* What no single key can check; errors at the section header's line. */
 static void check_section(struct parse *p, const struct section *s)
 {
@@ -816,6 +973,7 @@ static void check_section(struct parse *p, const struct section *s)
             fail_at(p, s->line, "[proxy] has backend_username but no backend_password: "
                     "an ACL user needs both");
         check_tls(p, s);
+        check_cluster(p, s);
         break;
     case SECT_DEFAULT:
     case SECT_TTL:
@@ -954,6 +1112,8 @@ void config_free(struct config *cfg)
     free(cfg->path);
     free(cfg->listen);
     free(cfg->backend);
+    free(cfg->backend_seeds);
+    free(cfg->cluster_announce);
     free(cfg->backend_username);
     free(cfg->backend_password);
     free(cfg->events);

@@ -25,7 +25,8 @@ struct config {
 
     /* [proxy] */
     char *listen;                   /* "127.0.0.1:6380"; NULL when only tls_listen is set */
-    char *backend;                  /* "127.0.0.1:6379" */
+    char *backend;                  /* "127.0.0.1:6379"; with cluster = on the first seed */
+    char *backend_seeds;            /* cluster = on: every seed as written, space separated */
     char *backend_username;         /* NULL when unset */
     char *backend_password;         /* NULL when unset */
     int max_clients;                /* 10000 */
@@ -57,6 +58,12 @@ struct config {
     char *tls_ciphersuites;
     struct tls_context *backend_tls_ctx;    /* built by config_load: NULL when backend_tls off */
     struct tls_context *client_tls_ctx;     /* NULL without tls_listen */
+
+    /* Redis Cluster (cluster.c) */
+    int cluster;                    /* the backend is a Redis Cluster; 0 */
+    int cluster_port_min;           /* cluster_ports: one listener per node from this range */
+    int cluster_port_max;
+    char *cluster_announce;         /* host in rewritten topology replies; NULL: the listen host */
 
     /* [default], [ttl "P"], [durable "P"] */
     struct ruleset rules;

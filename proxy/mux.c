@@ -69,7 +69,8 @@ struct mux {
     size_t outlen, outcap;
 };
 
-static struct mux *mux_list;        /* the open shared connections, one per db x protocol */
+static struct mux *mux_list;        /* the open shared connections, one per target (the
+                                       backend, or a cluster node) x db x protocol */
 
 static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int n)
 {
@@ -264,14 +265,14 @@ static void mux_handshake(struct mux *m)
     }
 }
 
-/* The shared connection for db x protocol, opened on first use. NULL when
- * it cannot be. */
-static struct mux *mux_get(struct server *srv, int db, int resp3)
+/* The shared connection to target for db x protocol, opened on first use.
+ * NULL when it cannot be. */
+static struct mux *mux_get(struct server *srv, struct target *t, int db, int resp3)
 {
     for (struct mux *m = mux_list; m != NULL; m = m->next)
-        if (m->db == db && m->resp3 == resp3)
+        if (m->be.t == t && m->db == db && m->resp3 == resp3)
             return m;
-    if (!srv->backend.addr.is_unix && !srv->backend.sa_ok)
+    if (!t->addr.is_unix && !t->sa_ok)
         return NULL;
     struct mux *m = xcalloc(1, sizeof *m);
     m->srv = srv;
@@ -281,6 +282,7 @@ static struct mux *mux_get(struct server *srv, int db, int resp3)
     uv_check_init(srv->loop, &m->flusher);
     m->handles = 2;
     bconn_init(&m->be, srv, &mux_ops, m);
+    m->be.t = t;
     m->next = mux_list;
     mux_list = m;
     mux_handshake(m);
@@ -290,13 +292,13 @@ static struct mux *mux_get(struct server *srv, int db, int resp3)
 
 int mux_attach(struct session *s)
 {
-    s->mux = mux_get(s->srv, s->db, s->resp3);
+    s->mux = mux_get(s->srv, s->be.t, s->db, s->resp3);
     return s->mux != NULL ? 0 : -1;
 }
 
 int mux_append(struct session *s, struct wbatch *wb)
 {
-    struct mux *m = mux_get(s->srv, s->db, s->resp3);
+    struct mux *m = mux_get(s->srv, s->be.t, s->db, s->resp3);
     if (m == NULL)
         return -1;
     s->mux = m;

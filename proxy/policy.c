@@ -79,24 +79,9 @@ static char numbuf[8][24];      /* new numeric arguments */
 /* ------------------------------------------------------------------------ */
 /* Encoding                                                                  */
 
-static void sb_reserve(struct sbuf *b, size_t more)
-{
-    if (b->len + more <= b->cap)
-        return;
-    b->cap = (b->len + more) * 2;
-    b->p = xrealloc(b->p, b->cap);
-}
-
-static void sb_add(struct sbuf *b, const void *p, size_t n)
-{
-    sb_reserve(b, n);
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
 static void sb_str(struct sbuf *b, const char *s)
 {
-    sb_add(b, s, strlen(s));
+    sbuf_add(b, s, strlen(s));
 }
 
 static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -106,7 +91,7 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    sb_reserve(b, (size_t)n + 1);
+    sbuf_reserve(b, (size_t)n + 1);
     va_start(ap, fmt);
     vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -116,8 +101,8 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
 static void sb_bulk(struct sbuf *b, const char *p, size_t n)
 {
     sb_printf(b, "$%zu\r\n", n);
-    sb_add(b, p, n);
-    sb_add(b, "\r\n", 2);
+    sbuf_add(b, p, n);
+    sbuf_add(b, "\r\n", 2);
 }
 
 static void sb_bulk_str(struct sbuf *b, const char *s)
@@ -200,12 +185,12 @@ static void sb_key(struct sbuf *b, struct slice key)
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)key.p[i];
         if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\')
-            sb_add(b, &key.p[i], 1);
+            sbuf_add(b, &key.p[i], 1);
         else
             sb_printf(b, "\\x%02x", c);
     }
     if (n < key.len)
-        sb_add(b, "...", 3);
+        sbuf_add(b, "...", 3);
 }
 
 static void build_reject(struct sbuf *b, struct slice cmd, enum cmd_id id, struct slice key,
@@ -263,7 +248,7 @@ static void build_reject(struct sbuf *b, struct slice cmd, enum cmd_id id, struc
     default:
         break;
     }
-    sb_add(b, "\r\n", 2);
+    sbuf_add(b, "\r\n", 2);
 }
 
 static int unknown_rank(enum rule_unknown u)
@@ -279,7 +264,7 @@ static void build_unjudged_reject(struct sbuf *b, struct slice cmd, const struct
     for (size_t i = 0; i < cmd.len && i < 32; i++) {
         char c = cmd.p[i];
         c = (char)((c >= 'a' && c <= 'z') ? c - 32 : (c < 0x20 || c > 0x7e) ? '?' : c);
-        sb_add(b, &c, 1);
+        sbuf_add(b, &c, 1);
     }
     sb_printf(b, ": %s, and rule %s has unknown = reject: send it straight to the server, "
                  "or set unknown = log in that rule\r\n", why, r->label);

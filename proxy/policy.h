@@ -26,11 +26,6 @@ enum verdict {
     V_REJECT,       /* answer rw->err (a whole "-TTLGUARD ...\r\n" line) instead */
 };
 
-/* A growable byte buffer owned by the policy module. */
-struct sbuf {
-    char *p;
-    size_t len, cap;
-};
 
 /* What the policy wants sent. Buffers belong to the policy module and stay
  * valid until the next policy_check() call. */

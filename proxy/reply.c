@@ -12,12 +12,15 @@
  *                     │ replica: relayed unframed
  *                     │ keep first/last bytes when they must be read
  *                     │ head PW_QUEUED / PW_EXEC_FIRST: the proxy's MULTI form
+ *                     │ cluster: topology replies and redirects held whole and
+ *                     │ rewritten (cluster.c)
  *                     └ done ──▶ reply_done: unpaired? (push, pub/sub message,
  *                                MONITOR line) else apply_reply, pop the head
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "session_int.h"
 #include "server.h"
 #include "stats.h"
@@ -262,6 +265,36 @@ static void keep_queue_error(struct session *s, const char *p, size_t n, int don
         s->xerr.len = 0;
 }
 
+/* Cluster: is this a reply with node addresses in it, which the client may
+ * only see rewritten? Topology replies, and errors (-MOVED, -ASK). */
+static int held(const struct session *s, const struct pending *head, char type)
+{
+    return s->srv->cfg->cluster && type != '>' &&
+           (head == NULL || head->kind != PK_INTERNAL) &&
+           (type == '-' || (head != NULL && head->what == PW_TOPOLOGY));
+}
+
+/* Keep the reply until it is whole, then hand the client its rewritten form. */
+static void hold(struct session *s, const char *p, size_t n, int done, int start,
+                 const struct pending *head)
+{
+    if (start)
+        s->held.len = 0;
+    sbuf_add(&s->held, p, n);
+    if (!done)
+        return;
+    size_t len;
+    enum topo_kind kind = head != NULL && head->what == PW_TOPOLOGY ? head->subkind : TOPO_NONE;
+    char *out = cluster_rewrite(kind, s->held.p, s->held.len, s->be.t, &len);
+    if (out != NULL) {
+        toc_add(s, out, len, 1);
+        free(out);
+    } else {
+        toc_add(s, s->held.p, s->held.len, 1);
+    }
+    s->held.len = 0;
+}
+
 void session_reply(struct session *s, const char *p, size_t n, int done, char type, int start)
 {
     if (s->closing)
@@ -286,14 +319,17 @@ void session_reply(struct session *s, const char *p, size_t n, int done, char ty
     if (inspect(s, head, type))
         keep_peek_tail(s, p, n);
 
-    if (head != NULL && head->what == PW_QUEUED && type != '>')
+    if (head != NULL && head->what == PW_QUEUED && type != '>') {
         keep_queue_error(s, p, n, done, type, start);
-    else if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
+    } else if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
         if (start)
             s->xphase = XP_START;
         exec_first_filter(s, p, n);
-    } else if (head == NULL || head->kind != PK_INTERNAL || type == '>')
+    } else if (held(s, head, type)) {
+        hold(s, p, n, done, start, head);
+    } else if (head == NULL || head->kind != PK_INTERNAL || type == '>') {
         toc_add(s, p, n, 0);
+    }
     if (!done)
         return;
     if (type == '-' && s->peeklen >= 7 && memcmp(s->peek, "-NOAUTH", 7) == 0)

@@ -9,6 +9,7 @@
 #include <netdb.h>
 
 #include "admin.h"
+#include "cluster.h"
 #include "commands.h"
 #include "control.h"
 #include "events.h"
@@ -33,7 +34,7 @@ static void on_close_free(uv_handle_t *h)
     free(h);
 }
 
-static void stop_listening(struct listener *l)
+void server_unlisten(struct listener *l)
 {
     if (l->h == NULL)
         return;
@@ -50,6 +51,7 @@ static void finish_shutdown(struct server *srv)
         return;
     mux_shutdown();
     control_stop();
+    cluster_stop();
     tls_shutdown_module();
     if (!uv_is_closing((uv_handle_t *)&srv->cron)) {
         uv_close((uv_handle_t *)&srv->cron, on_close_noop);
@@ -83,12 +85,13 @@ void server_session_gone(struct server *srv)
 
 static void on_connection(uv_stream_t *listener, int status)
 {
-    struct server *srv = listener->data;
+    struct listener *l = listener->data;
+    struct server *srv = l->srv;
     if (status < 0) {
         log_warn("accept: %s", uv_strerror(status));
         return;
     }
-    session_accept(srv, listener, listener == srv->secure.h ? srv->cfg->client_tls_ctx : NULL);
+    session_accept(srv, listener, l->tls ? srv->cfg->client_tls_ctx : NULL, l->target);
 }
 
 static void on_cron(uv_timer_t *t)
@@ -102,6 +105,8 @@ static void on_cron(uv_timer_t *t)
         s = next;
     }
     control_cron(now, mux_in_use());
+    if (srv->cfg->cluster)
+        cluster_cron(now);
     if (srv->shutting_down && now >= srv->shutdown_deadline) {
         if (srv->nsessions > 0)
             log_warn("shutdown: closing %d sessions still owed replies", srv->nsessions);
@@ -118,8 +123,8 @@ static void begin_shutdown(struct server *srv, const char *why)
     log_info("%s: shutting down, draining %d sessions", why, srv->nsessions);
     srv->shutting_down = 1;
     srv->shutdown_deadline = now_ms_monotonic() + SHUTDOWN_GRACE_MS;
-    stop_listening(&srv->plain);
-    stop_listening(&srv->secure);
+    server_unlisten(&srv->plain);
+    server_unlisten(&srv->secure);
     for (struct session *s = srv->sessions; s != NULL; s = session_next(s))
         session_drain(s);
     finish_shutdown(srv);
@@ -131,9 +136,10 @@ static void on_signal(uv_signal_t *h, int signum)
 }
 
 /* Listen on a; the new handle is returned in *out (freed when closed). */
-static int start_listening(struct server *srv, const struct addr *a, uv_stream_t **out,
+static int start_listening(struct listener *l, const struct addr *a, uv_stream_t **out,
                            char *err, size_t errlen)
 {
+    struct server *srv = l->srv;
     int r;
     union { uv_tcp_t tcp; uv_pipe_t pipe; } *h = xmalloc(sizeof *h);
     if (a->is_unix) {
@@ -149,7 +155,7 @@ static int start_listening(struct server *srv, const struct addr *a, uv_stream_t
         }
         r = uv_tcp_bind(&h->tcp, (struct sockaddr *)&ss, 0);
     }
-    h->tcp.data = srv;
+    h->tcp.data = l;
     if (r == 0)
         r = uv_listen((uv_stream_t *)h, 511, on_connection);
     if (r != 0) {
@@ -185,6 +191,18 @@ static int same_text(const char *a, const char *b)
     return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
+/* The node listeners are made at start from these. */
+static int cluster_changed(const struct config *old, const struct config *cfg)
+{
+    if (!old->cluster && !cfg->cluster)
+        return 0;
+    return old->cluster != cfg->cluster || old->cluster_port_min != cfg->cluster_port_min ||
+           old->cluster_port_max != cfg->cluster_port_max ||
+           !same_text(old->cluster_announce, cfg->cluster_announce) ||
+           !same_text(old->backend, cfg->backend) ||
+           !same_text(old->backend_seeds, cfg->backend_seeds);
+}
+
 /* The backend is reached another way: TLS turned on or off, or another name
  * verified. (New certificates alone apply to new connections.) */
 static int backend_tls_changed(const struct config *old, const struct config *cfg)
@@ -192,6 +210,11 @@ static int backend_tls_changed(const struct config *old, const struct config *cf
     return old->backend_tls != cfg->backend_tls ||
            old->backend_tls_verify != cfg->backend_tls_verify ||
            !same_text(old->backend_tls_server_name, cfg->backend_tls_server_name);
+}
+
+int server_listen(struct listener *l, char *err, size_t errlen)
+{
+    return start_listening(l, &l->addr, &l->h, err, errlen);
 }
 
 /* A listener to where a reloaded config wants it: moved, opened or closed.
@@ -205,7 +228,7 @@ static void relisten(struct server *srv, struct listener *l, const struct addr *
     if (to == NULL) {
         if (l->h != NULL) {
             addr_format(&l->addr, b, sizeof b);
-            stop_listening(l);
+            server_unlisten(l);
             log_info("SIGHUP: %s %s closed", kind, b);
         }
         return;
@@ -214,7 +237,7 @@ static void relisten(struct server *srv, struct listener *l, const struct addr *
     addr_format(&l->addr, b, sizeof b);
     if (l->h != NULL && strcmp(a, b) == 0)
         return;
-    if (start_listening(srv, to, &h, err, sizeof err) != 0) {
+    if (start_listening(l, to, &h, err, sizeof err) != 0) {
         if (l->h != NULL)
             log_error("SIGHUP: %s; %s stays on %s", err, kind, b);
         else
@@ -225,7 +248,7 @@ static void relisten(struct server *srv, struct listener *l, const struct addr *
         log_info("SIGHUP: %s now on %s (was %s)", kind, a, b);
     else
         log_info("SIGHUP: %s now on %s", kind, a);
-    stop_listening(l);
+    server_unlisten(l);
     l->h = h;
     l->addr = *to;
 }
@@ -252,15 +275,24 @@ static void reload(struct server *srv)
         return;
     }
 
-    struct listener plain = { NULL, srv->plain.addr, 0 }, secure = { NULL, { 0 }, 1 };
+    struct addr plain = srv->plain.addr, secure = { 0 };
     struct addr backend_addr = srv->backend.addr;
+    if (cluster_changed(srv->cfg, cfg)) {
+        snprintf(err, sizeof err, "cluster, cluster_ports, cluster_announce and the seeds in "
+                 "backend apply at start only: restart ttlguard to change them");
+        log_error("SIGHUP: config refused, keeping the running one: %s", err);
+        events_config_rejected(path, err);
+        config_free(cfg);
+        free(cfg);
+        return;
+    }
     const char *listen_text = srv->listen_override ? NULL : cfg->listen;
     int want_plain = srv->listen_override || cfg->listen != NULL;
-    if ((listen_text != NULL && addr_parse(listen_text, &plain.addr, err, sizeof err) != 0) ||
-        (cfg->tls_listen != NULL && addr_parse(cfg->tls_listen, &secure.addr, err, sizeof err) != 0) ||
+    if ((listen_text != NULL && addr_parse(listen_text, &plain, err, sizeof err) != 0) ||
+        (cfg->tls_listen != NULL && addr_parse(cfg->tls_listen, &secure, err, sizeof err) != 0) ||
         (!srv->backend_override && addr_parse(cfg->backend, &backend_addr, err, sizeof err) != 0) ||
-        (want_plain && backend_is_self(&plain.addr, &backend_addr, err, sizeof err)) ||
-        (cfg->tls_listen != NULL && backend_is_self(&secure.addr, &backend_addr, err, sizeof err)) ||
+        (want_plain && backend_is_self(&plain, &backend_addr, err, sizeof err)) ||
+        (cfg->tls_listen != NULL && backend_is_self(&secure, &backend_addr, err, sizeof err)) ||
         (cfg->backend_tls && backend_addr.is_unix &&
          snprintf(err, sizeof err, "backend_tls = on needs a host:port backend") > 0)) {
         log_error("SIGHUP: config refused, keeping the running one: %s", err);
@@ -270,8 +302,8 @@ static void reload(struct server *srv)
         return;
     }
     if (!srv->shutting_down) {
-        relisten(srv, &srv->plain, want_plain ? &plain.addr : NULL);
-        relisten(srv, &srv->secure, cfg->tls_listen != NULL ? &secure.addr : NULL);
+        relisten(srv, &srv->plain, want_plain ? &plain : NULL);
+        relisten(srv, &srv->secure, cfg->tls_listen != NULL ? &secure : NULL);
     }
     char a[300];
     addr_format(&backend_addr, a, sizeof a);
@@ -330,6 +362,8 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     srv->listen_override = listen_override != NULL;
     srv->backend_override = backend_override != NULL;
     struct addr backend_addr;
+    srv->plain.srv = srv->secure.srv = srv;
+    srv->plain.target = srv->secure.target = &srv->backend;
     srv->secure.tls = 1;
     const char *listen_text = listen_override ? listen_override : cfg->listen;
     if ((listen_text != NULL && addr_parse(listen_text, &srv->plain.addr, err, sizeof err) != 0) ||
@@ -362,11 +396,11 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     }
     tls_init(srv->loop);
     if ((listen_text != NULL &&
-         start_listening(srv, &srv->plain.addr, &srv->plain.h, err, sizeof err) != 0) ||
+         server_listen(&srv->plain, err, sizeof err) != 0) ||
         (cfg->tls_listen != NULL &&
-         start_listening(srv, &srv->secure.addr, &srv->secure.h, err, sizeof err) != 0)) {
+         server_listen(&srv->secure, err, sizeof err) != 0)) {
         log_error("%s", err);
-        stop_listening(&srv->plain);
+        server_unlisten(&srv->plain);
         tls_shutdown_module();
         events_shutdown();
         uv_run(srv->loop, UV_RUN_NOWAIT);
@@ -374,14 +408,16 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     }
     if (admin_start(srv, err, sizeof err) != 0) {
         log_error("%s", err);
-        stop_listening(&srv->plain);
-        stop_listening(&srv->secure);
+        server_unlisten(&srv->plain);
+        server_unlisten(&srv->secure);
         tls_shutdown_module();
         events_shutdown();
         uv_run(srv->loop, UV_RUN_NOWAIT);
         return 1;
     }
     control_start(srv);
+    if (cfg->cluster)
+        cluster_start(srv);
 
     uv_timer_init(srv->loop, &srv->cron);
     srv->cron.data = srv;
@@ -410,6 +446,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
                  "anyone on the path can pose as it; for tests only");
 
     uv_run(srv->loop, UV_RUN_DEFAULT);
+    cluster_free();
 
     uv_loop_close(srv->loop);
     free(srv->rbuf);

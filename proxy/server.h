@@ -43,11 +43,13 @@ struct stats {
     uint64_t tls_handshake_errors;   /* TLS clients whose handshake failed or timed out */
 };
 
-/* A listening socket: `listen` (plain) or `tls_listen`. */
+/* A listening socket: `listen` (plain), `tls_listen`, or a cluster node's. */
 struct listener {
     uv_stream_t *h;                  /* a uv_tcp_t or uv_pipe_t of our own; NULL when closed */
     struct addr addr;
     int tls;                         /* its clients speak TLS (cfg->client_tls_ctx) */
+    struct server *srv;
+    struct target *target;           /* where its sessions go */
 };
 
 struct server {
@@ -101,6 +103,11 @@ static inline void loop_clock_update(void)
  * which frees it, or its reloaded successors, on the way out).
  * Runs the loop until shutdown; returns the process exit status. */
 int server_run(struct config *cfg, const char *listen_override, const char *backend_override);
+
+/* Listen on l->addr (l->srv and l->target set); 0, or -1 with the reason in
+ * err. server_unlisten() closes it (harmless when closed). */
+int server_listen(struct listener *l, char *err, size_t errlen);
+void server_unlisten(struct listener *l);
 
 /* The backend's command set (ownership passes to srv; the old one is freed).
  * from_backend: it was read from the backend, not assumed. Sessions that

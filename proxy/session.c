@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 
+#include "cluster.h"
 #include "commands.h"
 #include "events.h"
 #include "server.h"
@@ -353,6 +354,7 @@ static void session_free(struct session *s)
         reply_scanner_free(s->xsub);
     free(s->xsub);
     free(s->xerr.p);
+    free(s->held.p);
     req_framer_free(s->framer);
     free(s);
 }
@@ -614,6 +616,13 @@ static void track_request(struct session *s, const struct request *req, enum cmd
     case CID_SYNC:
     case CID_PSYNC:
         p->what = PW_SYNC;
+        break;
+    case CID_CLUSTER:
+        if (s->srv->cfg->cluster) {
+            p->subkind = (uint8_t)cluster_topology_kind(req->argc, req->argv);
+            if (p->subkind != TOPO_NONE)
+                p->what = PW_TOPOLOGY;
+        }
         break;
     default:
         break;
@@ -1446,12 +1455,14 @@ static void on_client_tls(struct xport *x, const char *why)
     session_close(s);
 }
 
-void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls)
+void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls,
+                    struct target *target)
 {
     struct session *s = xcalloc(1, sizeof *s);
     s->srv = srv;
     session_set_mode(s, SM_DOWN);
     bconn_init(&s->be, srv, &be_ops, s);
+    s->be.t = target;           /* its own connections and its shared ones go there */
 
     if (listener->type == UV_TCP)
         uv_tcp_init(srv->loop, &s->client.h.tcp);

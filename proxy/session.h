@@ -11,10 +11,13 @@
 struct server;
 struct session;
 struct tls_context;
+struct target;
 
 /* Accept a pending connection on listener and start its session; tls: the
- * listener's TLS context (tls_listen), or NULL. */
-void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls);
+ * listener's TLS context (tls_listen), or NULL; target: where its requests
+ * go (the backend, or a cluster node). */
+void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls,
+                    struct target *target);
 
 /* Periodic work (idle timeout, connect timeout, shutdown drain); now in monotonic ms. */
 void session_cron(struct session *s, uint64_t now);

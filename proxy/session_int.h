@@ -47,6 +47,8 @@ enum pend_what {
                        error that refused it (kept: EXEC will only say EXECABORT) */
     PW_EXEC_FIRST,  /* PK_INTERNAL: EXEC of the proxy's own MULTI: the client gets element 1 */
     PW_SYNC,        /* SYNC/PSYNC: from its reply on the connection is a replication stream */
+    PW_TOPOLOGY,    /* CLUSTER SLOTS/SHARDS/NODES/REPLICAS (subkind: enum topo_kind): the
+                       reply is held whole and its addresses rewritten (cluster.c) */
     PW_CARRY,       /* CLIENT SETINFO / NO-EVICT of a shared session: +OK makes the session
                        remember it (`local`: the argument, owned; subkind: enum carried) */
 };
@@ -116,6 +118,7 @@ struct session {
     int multi_nfix;
     unsigned char xphase;           /* enum exec_phase */
     struct sbuf xerr;               /* queue-time error of the command in the proxy's MULTI */
+    struct sbuf held;               /* cluster: a reply with node addresses, held whole */
     struct reply_scanner *xsub;     /* frames EXEC's first element; allocated on first use */
 
     /* Client input: only the partial request that spans reads lives here. */

@@ -285,3 +285,18 @@ int addr_resolve(const struct addr *a, struct sockaddr_storage *ss, char *err, s
     freeaddrinfo(res);
     return 0;
 }
+
+void sbuf_reserve(struct sbuf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return;
+    b->cap = (b->len + more) * 2;
+    b->p = xrealloc(b->p, b->cap);
+}
+
+void sbuf_add(struct sbuf *b, const void *p, size_t n)
+{
+    sbuf_reserve(b, n);
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}

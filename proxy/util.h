@@ -15,6 +15,15 @@
 #include <stdarg.h>
 
 /* A view into bytes owned by someone else: never freed through the slice. */
+/* A growable byte buffer; its owner frees p. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+};
+
+void sbuf_reserve(struct sbuf *b, size_t more);
+void sbuf_add(struct sbuf *b, const void *p, size_t n);
+
 struct slice {
     const char *p;
     size_t len;

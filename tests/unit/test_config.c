@@ -387,14 +387,10 @@ Test(config, key_errors)
     load_err("listen = 1.2.3.4:5\n", 1, "'listen' is outside any section");
     load_err("[proxy]\nlisten = 1.2.3.4:5\nlisten = 1.2.3.4:6\n", 3,
              "listen set twice in [proxy] (first at line 2)");
-    load_err("[proxy]\nlisen = x\n", 2, "unknown key 'lisen' in [proxy] (expected one of: "
-             "listen, backend, backend_username, backend_password, max_clients, "
-             "client_idle_timeout, max_buffer, connect_timeout, events, admin, log_keys, "
-             "event_window, multiplex, backend_tls, backend_tls_ca_cert_file, "
-             "backend_tls_ca_cert_dir, backend_tls_cert_file, backend_tls_key_file, "
-             "backend_tls_server_name, backend_tls_verify, tls_listen, tls_cert_file, "
-             "tls_key_file, tls_ca_cert_file, tls_ca_cert_dir, tls_auth_clients, tls_protocols, "
-             "tls_ciphers, tls_ciphersuites)");
+    load_err("[proxy]\nlisen = x\n", 2, "unknown key 'lisen' in [proxy] (did you mean "
+             "'listen'? docs/config.md lists every key)");
+    load_err("[proxy]\nzzzzzz = x\n", 2, "unknown key 'zzzzzz' in [proxy] (docs/config.md "
+             "lists every key)");
     load_err("[proxy]\nmultiplex = yes\n", 2, "multiplex = 'yes': expected on or off");
     load_err("[proxy]\nListen = x\n", 2, "unknown key 'Listen'");
     load_err("[ttl \"a:\"]\nowner = x\n", 2,
@@ -614,4 +610,41 @@ Test(config, tls_settings_that_do_not_fit)
              "needs a host:port backend");
     load_err("[proxy]\ntls_auth_clients = maybe\n", 2, "expected no, optional or yes");
     load_err("[proxy]\nbackend_tls = yes\n", 2, "backend_tls");
+}
+
+/* ---- Redis Cluster ----------------------------------------------------------- */
+
+Test(config, cluster_keys)
+{
+    struct config cfg;
+    load_ok("[proxy]\nlisten = 127.0.0.1:7400\nbackend = 127.0.0.1:7000  127.0.0.1:7001\n"
+            "cluster = on\ncluster_ports = 7401-7499\ncluster_announce = 10.0.0.5\n", &cfg);
+    cr_assert_eq(cfg.cluster, 1);
+    cr_assert_str_eq(cfg.backend, "127.0.0.1:7000", "the first seed is the backend");
+    cr_assert_str_eq(cfg.backend_seeds, "127.0.0.1:7000  127.0.0.1:7001");
+    cr_assert_eq(cfg.cluster_port_min, 7401);
+    cr_assert_eq(cfg.cluster_port_max, 7499);
+    cr_assert_str_eq(cfg.cluster_announce, "10.0.0.5");
+    config_free(&cfg);
+}
+
+Test(config, cluster_errors)
+{
+    load_err("[proxy]\nbackend = 127.0.0.1:7000 127.0.0.1:7001\n", 2,
+             "backend lists several addresses: that is for a cluster's seeds (cluster = on)");
+    load_err("[proxy]\nbackend = 127.0.0.1:7000 nope\ncluster = on\n", 2, "backend = 'nope'");
+    load_err("[proxy]\ncluster = on\n", 2, "cluster = on needs cluster_ports = FIRST-LAST");
+    load_err("[proxy]\ncluster = on\ncluster_ports = 10-5\n", 3,
+             "cluster_ports = '10-5': expected a range of ports FIRST-LAST");
+    load_err("[proxy]\ncluster_ports = 7401\n", 2, "expected a range of ports");
+    load_err("[proxy]\nlisten = 127.0.0.1:7410\ncluster = on\ncluster_ports = 7401-7499\n", 4,
+             "cluster_ports 7401-7499 holds the listen port 7410");
+    load_err("[proxy]\nadmin = 127.0.0.1:7402\ncluster = on\ncluster_ports = 7401-7499\n", 4,
+             "holds the admin port 7402");
+    load_err("[proxy]\nbackend = unix:/tmp/r.sock\ncluster = on\ncluster_ports = 7401-7499\n", 2,
+             "cluster = on needs host:port seeds");
+    load_err("[proxy]\nlisten = 0.0.0.0:7400\ncluster = on\ncluster_ports = 7401-7499\n", 2,
+             "set cluster_announce");
+    load_err("[proxy]\ncluster = on\ncluster_ports = 7401-7499\nbackend_tls = on\n", 2,
+             "cluster = on with backend_tls = on is not supported yet");
 }

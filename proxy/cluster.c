@@ -1,0 +1,525 @@
+/*
+ * cluster: node listeners and the rewriting of addresses (see cluster.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "backend.h"
+#include "cluster.h"
+#include "resp_value.h"
+#include "server.h"
+#include "util.h"
+
+#define REFRESH_MS      5000    /* the topology is read again this often */
+#define REFRESH_SOON_MS 200     /* ...and this soon after a reply named a new node */
+#define TOPOLOGY_MAX    (16 * 1024 * 1024)
+
+/* One node of the cluster, as clients reach it through ttlguard. */
+struct cnode {
+    struct target t;            /* the node's real address */
+    struct listener l;          /* its port on cluster_ports; l.h NULL when none was free */
+    char id[41];                /* node id, once the topology said it */
+    int primary;
+    int seen;                   /* in the last topology read */
+    struct cnode *next;
+};
+
+static struct {
+    struct server *srv;
+    struct cnode *nodes;
+    int next_port;              /* the next port of cluster_ports to try */
+    struct bconn be;            /* reads the topology from a seed */
+    int seed;                   /* which seed be talks to */
+    struct sbuf reply;          /* the topology reply as it arrives */
+    int asked;                  /* a CLUSTER SHARDS is in flight */
+    int use_slots;              /* the seed refused CLUSTER SHARDS: CLUSTER SLOTS */
+    uint64_t next_refresh;      /* monotonic ms */
+    int stopping;
+} cl;
+
+static const char *announce_host(void)
+{
+    const struct config *cfg = cl.srv->cfg;
+    return cfg->cluster_announce != NULL ? cfg->cluster_announce : cl.srv->plain.addr.host;
+}
+
+static void refresh_soon(void)
+{
+    uint64_t soon = now_ms_monotonic() + REFRESH_SOON_MS;
+    if (cl.next_refresh > soon)
+        cl.next_refresh = soon;
+}
+
+/* ---- nodes ---------------------------------------------------------------------- */
+
+/* Open the node's listener on the next free port of cluster_ports. */
+static void node_listen(struct cnode *c)
+{
+    const struct config *cfg = cl.srv->cfg;
+    char err[400];
+    c->l.srv = cl.srv;
+    c->l.target = &c->t;
+    snprintf(c->l.addr.host, sizeof c->l.addr.host, "%s",
+             cl.srv->plain.h != NULL ? cl.srv->plain.addr.host : "127.0.0.1");
+    while (cl.next_port <= cfg->cluster_port_max) {
+        c->l.addr.port = cl.next_port++;
+        if (server_listen(&c->l, err, sizeof err) == 0) {
+            log_info("cluster: node %s on port %d", c->t.name, c->l.addr.port);
+            return;
+        }
+        log_warn("cluster: %s; trying the next port for node %s", err, c->t.name);
+    }
+    log_error("cluster: no port of cluster_ports %d-%d is left for node %s: clients "
+              "redirected to it are given port 0", cfg->cluster_port_min, cfg->cluster_port_max,
+              c->t.name);
+}
+
+/* The node at host:port, made (with its listener) when it is new. */
+static struct cnode *node_get(const char *host, size_t hlen, int port)
+{
+    struct cnode *c;
+    for (c = cl.nodes; c != NULL; c = c->next)
+        if (c->t.addr.port == port && strlen(c->t.addr.host) == hlen &&
+            memcmp(c->t.addr.host, host, hlen) == 0)
+            return c;
+    struct addr a = { .port = port };
+    if (hlen >= sizeof a.host)
+        return NULL;
+    memcpy(a.host, host, hlen);
+    a.host[hlen] = '\0';
+    c = xcalloc(1, sizeof *c);
+    target_set(&c->t, cl.srv, &a, 0);
+    c->next = cl.nodes;
+    cl.nodes = c;
+    node_listen(c);
+    refresh_soon();
+    return c;
+}
+
+/* The port clients are given for the node (0 when it has no listener). */
+static int node_port(const struct cnode *c)
+{
+    return c != NULL && c->l.h != NULL ? c->l.addr.port : 0;
+}
+
+/* ---- rewriting ------------------------------------------------------------------ */
+
+static void set_text(struct rv_tree *t, struct rv *v, const char *text)
+{
+    if (v != NULL && v->s != NULL && v->len > 0)
+        rv_set_str(t, v, text, strlen(text));
+}
+
+static void set_port(struct rv_tree *t, struct rv *v, int port)
+{
+    char num[16];
+    int n = snprintf(num, sizeof num, "%d", port);
+    if (v != NULL && v->type == ':')
+        rv_set_str(t, v, num, (size_t)n);
+}
+
+/* A node entry's address: the node for host (a string) and port (an integer). */
+static struct cnode *node_of(const struct rv *host, const struct rv *port)
+{
+    long long p;
+    if (host == NULL || port == NULL || host->s == NULL || host->len == 0 || port->type != ':' ||
+        slice_to_ll((struct slice){ port->s, port->len }, &p) != 0 || p <= 0 || p > 65535)
+        return NULL;
+    return node_get(host->s, host->len, (int)p);
+}
+
+/* Drop key (and its value) from a map or a flat key-value array. */
+static void drop_key(struct rv *m, const char *key)
+{
+    for (size_t i = 0; i + 1 < m->n; i += 2) {
+        if (rv_is(&m->el[i], key)) {
+            memmove(&m->el[i], &m->el[i + 2], (m->n - i - 2) * sizeof *m->el);
+            m->n -= 2;
+            return;
+        }
+    }
+}
+
+/* CLUSTER SLOTS: [start, end, [ip, port, id, {hostname...}], ...] per range. */
+static void rewrite_slots(struct rv_tree *t)
+{
+    struct rv *root = t->root;
+    for (size_t i = 0; root->type == '*' && i < root->n; i++) {
+        struct rv *range = &root->el[i];
+        for (size_t j = 2; range->type == '*' && j < range->n; j++) {
+            struct rv *node = &range->el[j];
+            if (node->type != '*' || node->n < 2)
+                continue;
+            struct cnode *c = node_of(&node->el[0], &node->el[1]);
+            if (c == NULL)
+                continue;
+            set_text(t, &node->el[0], announce_host());
+            set_port(t, &node->el[1], node_port(c));
+            if (node->n >= 4)
+                set_text(t, rv_get(&node->el[3], "hostname"), announce_host());
+        }
+    }
+}
+
+/* CLUSTER SHARDS: per shard {slots, nodes: [{id, port, tls-port, ip, endpoint,
+ * hostname, role, ...}]}, maps in RESP3 and flat arrays in RESP2. */
+static void rewrite_shards(struct rv_tree *t)
+{
+    struct rv *root = t->root;
+    for (size_t i = 0; root->type == '*' && i < root->n; i++) {
+        struct rv *nodes = rv_get(&root->el[i], "nodes");
+        for (size_t j = 0; nodes != NULL && nodes->type == '*' && j < nodes->n; j++) {
+            struct rv *node = &nodes->el[j];
+            struct rv *ip = rv_get(node, "ip"), *endpoint = rv_get(node, "endpoint");
+            struct cnode *c = node_of(ip != NULL && ip->len > 0 ? ip : endpoint,
+                                      rv_get(node, "port"));
+            if (c == NULL)
+                continue;
+            set_text(t, ip, announce_host());
+            set_text(t, endpoint, announce_host());
+            set_text(t, rv_get(node, "hostname"), announce_host());
+            set_port(t, rv_get(node, "port"), node_port(c));
+            drop_key(node, "tls-port");     /* the node listeners are plain TCP */
+        }
+    }
+}
+
+/* One CLUSTER NODES line: "<id> <ip>:<port>@<cport>[,<hostname>] <flags> ...". */
+static void rewrite_nodes_line(struct sbuf *out, const char *p, size_t n)
+{
+    const char *sp = memchr(p, ' ', n);
+    const char *addr = sp != NULL ? sp + 1 : NULL;
+    const char *end = addr != NULL ? memchr(addr, ' ', (size_t)(p + n - addr)) : NULL;
+    const char *at = end != NULL ? memchr(addr, '@', (size_t)(end - addr)) : NULL;
+    const char *colon = NULL;
+    for (const char *q = addr; at != NULL && q < at; q++)
+        if (*q == ':')
+            colon = q;
+    long long port;
+    if (colon == NULL || colon == addr ||
+        slice_to_ll((struct slice){ colon + 1, (size_t)(at - colon - 1) }, &port) != 0 ||
+        port <= 0 || port > 65535) {
+        sbuf_add(out, p, n);        /* no address (a node in handshake): as it is */
+        return;
+    }
+    struct cnode *c = node_get(addr, (size_t)(colon - addr), (int)port);
+    const char *comma = memchr(at, ',', (size_t)(end - at));
+    char mid[400];
+    /* The bus port is the node's port + 10000 by default: it would give the
+     * real port away, and clients never use it. */
+    int k = snprintf(mid, sizeof mid, "%s:%d@0%s%s", announce_host(), node_port(c),
+                     comma != NULL && comma + 1 < end ? "," : "",
+                     comma != NULL && comma + 1 < end ? announce_host() : "");
+    sbuf_add(out, p, (size_t)(addr - p));
+    sbuf_add(out, mid, (size_t)k);
+    sbuf_add(out, end, (size_t)(p + n - end));
+}
+
+/* A CLUSTER NODES text (every line), into a new string value of v. */
+static void rewrite_nodes_text(struct rv_tree *t, struct rv *v)
+{
+    struct sbuf out = { 0 };
+    const char *p = v->s, *end = v->s + v->len;
+    if (v->type == '=' && v->len >= 4) {       /* RESP3 verbatim: "txt:" first */
+        sbuf_add(&out, p, 4);
+        p += 4;
+    }
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
+        rewrite_nodes_line(&out, p, len);
+        if (nl != NULL)
+            sbuf_add(&out, "\n", 1);
+        p += len + (nl != NULL);
+    }
+    rv_set_str(t, v, out.p != NULL ? out.p : "", out.len);
+    free(out.p);
+}
+
+/* -MOVED <slot> <host>:<port> or -ASK ...: the node's port here instead. */
+static char *rewrite_redirect(const char *p, size_t n, const struct target *from,
+                              size_t *outlen)
+{
+    const char *word = n > 7 && memcmp(p, "-MOVED ", 7) == 0 ? "MOVED"
+                     : n > 5 && memcmp(p, "-ASK ", 5) == 0 ? "ASK" : NULL;
+    if (word == NULL || n < 2 || p[n - 2] != '\r')
+        return NULL;
+    const char *slot = p + 1 + strlen(word) + 1, *end = p + n - 2;
+    const char *sp = memchr(slot, ' ', (size_t)(end - slot));
+    if (sp == NULL)
+        return NULL;
+    const char *host = sp + 1, *colon = NULL;
+    for (const char *q = host; q < end; q++)
+        if (*q == ':')
+            colon = q;
+    long long port;
+    if (colon == NULL || slice_to_ll((struct slice){ colon + 1, (size_t)(end - colon - 1) },
+                                     &port) != 0 || port <= 0 || port > 65535)
+        return NULL;
+    size_t hlen = (size_t)(colon - host);
+    if (hlen == 0) {            /* ":port": the host of the node that answered */
+        host = from->addr.host;
+        hlen = strlen(host);
+    }
+    struct cnode *c = node_get(host, hlen, (int)port);
+    char *out = xmalloc(64 + strlen(announce_host()) + (size_t)(sp - slot));
+    *outlen = (size_t)sprintf(out, "-%s %.*s %s:%d\r\n", word, (int)(sp - slot), slot,
+                              announce_host(), node_port(c));
+    return out;
+}
+
+char *cluster_rewrite(enum topo_kind kind, const char *p, size_t n, const struct target *from,
+                      size_t *outlen)
+{
+    struct rv_tree t;
+    char *out;
+    if (n > 0 && p[0] == '-')
+        return rewrite_redirect(p, n, from, outlen);
+    if (kind == TOPO_NONE || rv_parse(&t, p, n) < 0)
+        return NULL;
+    switch (kind) {
+    case TOPO_SLOTS:
+        rewrite_slots(&t);
+        break;
+    case TOPO_SHARDS:
+        rewrite_shards(&t);
+        break;
+    case TOPO_NODES:
+        if (t.root->type == '$' || t.root->type == '=')
+            rewrite_nodes_text(&t, t.root);
+        break;
+    case TOPO_REPLICAS:
+        for (size_t i = 0; t.root->type == '*' && i < t.root->n; i++)
+            if (t.root->el[i].type == '$' || t.root->el[i].type == '=')
+                rewrite_nodes_text(&t, &t.root->el[i]);
+        break;
+    case TOPO_NONE:
+        break;
+    }
+    rv_encode(&t, &out, outlen);
+    rv_free(&t);
+    return out;
+}
+
+enum topo_kind cluster_topology_kind(int argc, const struct slice *argv)
+{
+    if (argc != 2 && !(argc == 3 && (slice_eq_nocase(argv[1], "replicas") ||
+                                     slice_eq_nocase(argv[1], "slaves"))))
+        return TOPO_NONE;
+    if (slice_eq_nocase(argv[1], "slots"))
+        return TOPO_SLOTS;
+    if (slice_eq_nocase(argv[1], "shards"))
+        return TOPO_SHARDS;
+    if (slice_eq_nocase(argv[1], "nodes"))
+        return TOPO_NODES;
+    if (slice_eq_nocase(argv[1], "replicas") || slice_eq_nocase(argv[1], "slaves"))
+        return TOPO_REPLICAS;
+    return TOPO_NONE;
+}
+
+/* ---- reading the topology ------------------------------------------------------- */
+
+/* One node of a CLUSTER SHARDS reply (a flat key-value array in RESP2). */
+static void learn_shard_node(struct rv *node)
+{
+    struct rv *ip = rv_get(node, "ip"), *endpoint = rv_get(node, "endpoint");
+    struct rv *id = rv_get(node, "id"), *role = rv_get(node, "role");
+    struct cnode *c = node_of(ip != NULL && ip->len > 0 ? ip : endpoint, rv_get(node, "port"));
+    if (c == NULL)
+        return;
+    c->seen = 1;
+    c->primary = role != NULL && rv_is(role, "master");
+    if (id != NULL && id->s != NULL)
+        snprintf(c->id, sizeof c->id, "%.*s", (int)id->len, id->s);
+}
+
+/* CLUSTER SLOTS (servers without SHARDS): the nodes that serve slots. */
+static void learn_slots(struct rv *root)
+{
+    for (size_t i = 0; root->type == '*' && i < root->n; i++) {
+        struct rv *range = &root->el[i];
+        for (size_t j = 2; range->type == '*' && j < range->n; j++) {
+            struct rv *node = &range->el[j];
+            struct cnode *c = node->type == '*' && node->n >= 3 ?
+                              node_of(&node->el[0], &node->el[1]) : NULL;
+            if (c == NULL)
+                continue;
+            c->seen = 1;
+            c->primary = j == 2;
+            snprintf(c->id, sizeof c->id, "%.*s", (int)node->el[2].len, node->el[2].s);
+        }
+    }
+}
+
+static void learn_topology(const char *p, size_t n)
+{
+    struct rv_tree t;
+    if (rv_parse(&t, p, n) < 0) {
+        log_warn("cluster: unreadable topology reply from %s", cl.be.t->name);
+        return;
+    }
+    if (t.root->type == '-') {
+        if (!cl.use_slots) {
+            cl.use_slots = 1;       /* before CLUSTER SHARDS (Redis 7.0) */
+            cl.next_refresh = 0;
+        } else {
+            log_warn("cluster: %s answered the topology request with %.*s", cl.be.t->name,
+                     (int)t.root->len, t.root->s);
+        }
+        rv_free(&t);
+        return;
+    }
+    for (struct cnode *c = cl.nodes; c != NULL; c = c->next)
+        c->seen = 0;
+    if (cl.use_slots) {
+        learn_slots(t.root);
+    } else {
+        for (size_t i = 0; t.root->type == '*' && i < t.root->n; i++) {
+            struct rv *nodes = rv_get(&t.root->el[i], "nodes");
+            for (size_t j = 0; nodes != NULL && nodes->type == '*' && j < nodes->n; j++)
+                learn_shard_node(&nodes->el[j]);
+        }
+    }
+    rv_free(&t);
+}
+
+static void topo_ask(void)
+{
+    static const char shards[] = "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
+    static const char slots[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+    cl.asked = 1;
+    cl.reply.len = 0;
+    if (cl.use_slots)
+        bconn_write_bytes(&cl.be, slots, sizeof slots - 1);
+    else
+        bconn_write_bytes(&cl.be, shards, sizeof shards - 1);
+}
+
+static void topo_ready(struct bconn *b)
+{
+    topo_ask();
+}
+
+static void topo_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
+{
+    if (cl.reply.len + n > TOPOLOGY_MAX) {
+        log_warn("cluster: the topology reply from %s is over %d bytes", b->t->name,
+                 TOPOLOGY_MAX);
+        bconn_close(b);
+        return;
+    }
+    sbuf_add(&cl.reply, p, n);
+    if (!done)
+        return;
+    cl.asked = 0;
+    learn_topology(cl.reply.p, cl.reply.len);
+    cl.reply.len = 0;
+}
+
+static void topo_read_end(struct bconn *b)
+{
+}
+
+static void topo_failed(struct bconn *b, const char *why, int was_ready)
+{
+    const char *seeds = cl.srv->cfg->backend_seeds;
+    log_warn("cluster: topology from %s: %s", b->t->name, why);
+    cl.asked = 0;
+    if (seeds != NULL)
+        cl.seed++;              /* the next seed next time */
+}
+
+static void topo_closed(struct bconn *b)
+{
+}
+
+static void topo_written(struct bconn *b, int status)
+{
+}
+
+static const struct bconn_ops topo_ops = {
+    topo_ready, topo_reply, topo_read_end, topo_failed, topo_closed, topo_written,
+};
+
+/* The seed to read the topology from: [proxy] backend's list, in turn after
+ * failures, and the nodes learned so far after that. */
+static struct target *topo_target(void)
+{
+    const char *seeds = cl.srv->cfg->backend_seeds;
+    int count = 0;
+    for (const char *p = seeds; p != NULL && *p != '\0'; count++) {
+        p += strcspn(p, " \t");
+        p += strspn(p, " \t");
+    }
+    if (count <= 1 || cl.seed % count == 0)
+        return &cl.srv->backend;
+    static struct target seed;
+    const char *p = seeds;
+    for (int i = 0; i < cl.seed % count; i++) {
+        p += strcspn(p, " \t");
+        p += strspn(p, " \t");
+    }
+    char text[300], err[320];
+    struct addr a;
+    snprintf(text, sizeof text, "%.*s", (int)strcspn(p, " \t"), p);
+    if (addr_parse(text, &a, err, sizeof err) != 0)
+        return &cl.srv->backend;
+    target_set(&seed, cl.srv, &a, 0);
+    return &seed;
+}
+
+static void topo_refresh(void)
+{
+    if (cl.stopping)
+        return;
+    cl.next_refresh = now_ms_monotonic() + REFRESH_MS;
+    if (cl.be.state == BC_READY) {
+        if (!cl.asked)
+            topo_ask();
+        return;
+    }
+    if (cl.be.state != BC_IDLE)
+        return;
+    bconn_init(&cl.be, cl.srv, &topo_ops, &cl);
+    cl.be.counts = 0;
+    cl.be.t = topo_target();
+    bconn_connect(&cl.be, 1);
+}
+
+void cluster_start(struct server *srv)
+{
+    cl.srv = srv;
+    cl.next_port = srv->cfg->cluster_port_min;
+    topo_refresh();
+}
+
+void cluster_cron(uint64_t now)
+{
+    if (cl.srv != NULL && now >= cl.next_refresh)
+        topo_refresh();
+}
+
+void cluster_stop(void)
+{
+    if (cl.srv == NULL)
+        return;
+    cl.stopping = 1;
+    bconn_close(&cl.be);
+    for (struct cnode *c = cl.nodes; c != NULL; c = c->next) {
+        server_unlisten(&c->l);
+        target_cancel(&c->t);
+    }
+}
+
+void cluster_free(void)
+{
+    struct cnode *c = cl.nodes, *next;
+    for (; c != NULL; c = next) {
+        next = c->next;
+        free(c);
+    }
+    cl.nodes = NULL;
+    free(cl.reply.p);
+    cl.reply.p = NULL;
+}
