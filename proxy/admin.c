@@ -25,6 +25,7 @@
 
 #include "admin.h"
 #include "backend.h"
+#include "cluster.h"
 #include "commands.h"
 #include "events.h"
 #include "server.h"
@@ -248,6 +249,43 @@ static void m_histogram(struct evbuf *b, const char *name, const char *path,
     evbuf_add(b, "\n", 1);
 }
 
+struct node_metrics {
+    struct evbuf *b;
+    int requests;           /* which family this pass writes */
+};
+
+static void node_sample(void *ctx, const struct cluster_node_info *n)
+{
+    struct node_metrics *m = ctx;
+    struct evbuf lab = { 0 };
+    evbuf_adds(&lab, "node=\"");
+    label_value(&lab, n->name);
+    if (m->requests) {
+        evbuf_add(&lab, "\"", 2);
+        m_sample(m->b, "ttlguard_cluster_node_requests_total", lab.p, n->requests);
+    } else {
+        evbuf_printf(&lab, "\",port=\"%d\",role=\"%s\",id=\"%s\"", n->port,
+                     n->primary ? "primary" : "replica", n->id);
+        evbuf_add(&lab, "", 1);
+        m_sample(m->b, "ttlguard_cluster_node_info", lab.p, (uint64_t)n->present);
+    }
+    free(lab.p);
+}
+
+/* cluster = on: every node, its port here and the requests sent to it. */
+static void render_cluster(struct evbuf *b)
+{
+    struct node_metrics m = { b, 0 };
+    m_family(b, "ttlguard_cluster_node_info", "gauge",
+             "Cluster nodes: the port clients reach each at; 1 while the last topology read "
+             "showed it, 0 after it left.");
+    cluster_each(node_sample, &m);
+    m.requests = 1;
+    m_family(b, "ttlguard_cluster_node_requests_total", "counter",
+             "Client requests sent to each cluster node.");
+    cluster_each(node_sample, &m);
+}
+
 static void render_metrics(struct evbuf *b)
 {
     const struct server *srv = adm.srv;
@@ -350,6 +388,9 @@ static void render_metrics(struct evbuf *b)
         evbuf_add(&lab, "\"", 2);       /* with the NUL */
         m_sample(b, "ttlguard_backend_maxmemory_policy_info", lab.p, 1);
     }
+
+    if (srv->cfg->cluster)
+        render_cluster(b);
 
     if (srv->commands_ready) {
         const struct server_id *id = command_set_server(srv->commands);

@@ -56,6 +56,8 @@ struct target {
     uv_getaddrinfo_t gai;            /* the background resolution */
     int resolving;
     uint64_t last_resolve;           /* monotonic ms */
+    uint64_t requests;               /* requests of client sessions that went here */
+    int sessions;                    /* client sessions whose requests go here */
 };
 
 /* Point t at a. blocking: resolve a host name now (start, reload); else in

@@ -22,6 +22,8 @@ struct cnode {
     char id[41];                /* node id, once the topology said it */
     int primary;
     int seen;                   /* in the last topology read */
+    int missed;                 /* topology reads in a row that did not show it */
+    int healthy;                /* ...and not failed there */
     struct cnode *next;
 };
 
@@ -79,10 +81,16 @@ static void node_listen(struct cnode *c)
 static struct cnode *node_get(const char *host, size_t hlen, int port)
 {
     struct cnode *c;
-    for (c = cl.nodes; c != NULL; c = c->next)
+    for (c = cl.nodes; c != NULL; c = c->next) {
         if (c->t.addr.port == port && strlen(c->t.addr.host) == hlen &&
-            memcmp(c->t.addr.host, host, hlen) == 0)
+            memcmp(c->t.addr.host, host, hlen) == 0) {
+            if (c->l.h == NULL && c->missed > 0) {
+                c->missed = 0;      /* it left and is back: a port again */
+                node_listen(c);
+            }
             return c;
+        }
+    }
     struct addr a = { .port = port };
     if (hlen >= sizeof a.host)
         return NULL;
@@ -318,6 +326,41 @@ enum topo_kind cluster_topology_kind(int argc, const struct slice *argv)
     return TOPO_NONE;
 }
 
+/* A node the topology has not shown for two reads in a row has left the
+ * cluster: its listener closes once no session of it is left (a client
+ * still talking to it gets what the node says, as without the proxy). */
+static void close_departed(void)
+{
+    for (struct cnode *c = cl.nodes; c != NULL; c = c->next) {
+        if (c->missed < 2 || c->l.h == NULL || c->t.sessions > 0 || &c->t == cl.srv->plain.target)
+            continue;
+        log_info("cluster: node %s left the cluster: its port %d is closed", c->t.name,
+                 c->l.addr.port);
+        server_unlisten(&c->l);
+    }
+}
+
+/* ---- the entry port ------------------------------------------------------------- */
+
+/* The entry port's sessions go to the seed's node while the topology shows it
+ * healthy, else to a healthy primary (a failover took the seed's role away,
+ * or it is down). Sessions already open stay where they are. */
+static void entry_follow(void)
+{
+    struct target *now = cl.srv->plain.target;
+    struct cnode *pick = NULL;
+    for (struct cnode *c = cl.nodes; c != NULL; c = c->next) {
+        if (&c->t == now && c->seen && c->healthy)
+            return;
+        if (pick == NULL && c->seen && c->healthy && c->primary)
+            pick = c;
+    }
+    if (pick == NULL || &pick->t == now)
+        return;
+    log_info("cluster: the entry port now forwards to %s (was %s)", pick->t.name, now->name);
+    cl.srv->plain.target = &pick->t;
+}
+
 /* ---- reading the topology ------------------------------------------------------- */
 
 /* One node of a CLUSTER SHARDS reply (a flat key-value array in RESP2). */
@@ -325,10 +368,12 @@ static void learn_shard_node(struct rv *node)
 {
     struct rv *ip = rv_get(node, "ip"), *endpoint = rv_get(node, "endpoint");
     struct rv *id = rv_get(node, "id"), *role = rv_get(node, "role");
+    struct rv *health = rv_get(node, "health");
     struct cnode *c = node_of(ip != NULL && ip->len > 0 ? ip : endpoint, rv_get(node, "port"));
     if (c == NULL)
         return;
     c->seen = 1;
+    c->healthy = health == NULL || rv_is(health, "online");
     c->primary = role != NULL && rv_is(role, "master");
     if (id != NULL && id->s != NULL)
         snprintf(c->id, sizeof c->id, "%.*s", (int)id->len, id->s);
@@ -345,7 +390,7 @@ static void learn_slots(struct rv *root)
                               node_of(&node->el[0], &node->el[1]) : NULL;
             if (c == NULL)
                 continue;
-            c->seen = 1;
+            c->seen = c->healthy = 1;
             c->primary = j == 2;
             snprintf(c->id, sizeof c->id, "%.*s", (int)node->el[2].len, node->el[2].s);
         }
@@ -382,6 +427,10 @@ static void learn_topology(const char *p, size_t n)
         }
     }
     rv_free(&t);
+    for (struct cnode *c = cl.nodes; c != NULL; c = c->next)
+        c->missed = c->seen ? 0 : c->missed + 1;
+    entry_follow();
+    close_departed();
 }
 
 static void topo_ask(void)
@@ -489,15 +538,26 @@ static void topo_refresh(void)
 
 void cluster_start(struct server *srv)
 {
+    struct addr *seed = &srv->backend.addr;
     cl.srv = srv;
     cl.next_port = srv->cfg->cluster_port_min;
+    /* The entry port forwards to the first seed, as a node like the others
+     * (its requests count there; it can move, see entry_follow()). */
+    struct cnode *c = node_get(seed->host, strlen(seed->host), seed->port);
+    if (c != NULL) {
+        c->seen = c->healthy = c->primary = 1;
+        srv->plain.target = &c->t;
+    }
     topo_refresh();
 }
 
 void cluster_cron(uint64_t now)
 {
-    if (cl.srv != NULL && now >= cl.next_refresh)
+    if (cl.srv == NULL)
+        return;
+    if (now >= cl.next_refresh)
         topo_refresh();
+    close_departed();
 }
 
 void cluster_stop(void)
@@ -509,6 +569,17 @@ void cluster_stop(void)
     for (struct cnode *c = cl.nodes; c != NULL; c = c->next) {
         server_unlisten(&c->l);
         target_cancel(&c->t);
+    }
+}
+
+void cluster_each(void (*fn)(void *ctx, const struct cluster_node_info *n), void *ctx)
+{
+    for (const struct cnode *c = cl.nodes; c != NULL; c = c->next) {
+        struct cluster_node_info info = {
+            .name = c->t.name, .port = node_port(c), .id = c->id, .primary = c->primary,
+            .present = c->seen, .requests = c->t.requests,
+        };
+        fn(ctx, &info);
     }
 }
 

@@ -45,6 +45,19 @@ enum topo_kind {
 void cluster_start(struct server *srv);
 void cluster_stop(void);
 
+/* What /metrics shows of a node. */
+struct cluster_node_info {
+    const char *name;           /* its real address */
+    int port;                   /* its port here (0: none was free) */
+    const char *id;             /* "" until the topology said */
+    int primary;
+    int present;                /* in the last topology read */
+    uint64_t requests;
+};
+
+/* Call fn for every node known. */
+void cluster_each(void (*fn)(void *ctx, const struct cluster_node_info *n), void *ctx);
+
 /* Free what is left once the loop has ended. */
 void cluster_free(void);
 

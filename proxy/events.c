@@ -965,6 +965,8 @@ static void example_client(struct evbuf *e, const struct ev_client *c)
         evbuf_json_str(e, c->name, strnlen(c->name, EV_NAME_MAX));
     }
     json_member_u64(e, "db", (uint64_t)(c->db < 0 ? 0 : c->db));
+    if (c->node != NULL)
+        json_member_str(e, "node", c->node);
 }
 
 /* The key as log_keys wants it. In prefix mode the line's "prefix" says it. */

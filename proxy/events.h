@@ -51,6 +51,7 @@ struct ev_client {
     const char *addr;           /* "127.0.0.1:53122" or "unix" */
     const char *name;           /* CLIENT SETNAME, or NULL */
     int db;                     /* SELECTed db */
+    const char *node;           /* cluster = on: the node it went to ("10.0.0.7:7000") */
 };
 
 /* Open the log named by cfg->events (NULL: off) and write `log_opened` and

@@ -170,6 +170,20 @@ static int inspect(const struct session *s, const struct pending *head, char typ
            (head != NULL && head->what == PW_SUB);
 }
 
+/* A whole reply of the backend's, from the proxy's hands: in a cluster, as
+ * cluster_rewrite() has it (topology of kind, or a redirect). */
+static void toc_add_reply(struct session *s, enum topo_kind kind, const char *p, size_t n)
+{
+    size_t len;
+    char *out = s->srv->cfg->cluster ? cluster_rewrite(kind, p, n, s->be.t, &len) : NULL;
+    if (out != NULL) {
+        toc_add(s, out, len, 1);
+        free(out);
+    } else {
+        toc_add(s, p, n, 1);
+    }
+}
+
 /* EXEC's reply to the proxy's MULTI ... EXEC: *N, the command's reply, then
  * one reply per EXPIRE. Only the command's reply goes to the client. */
 static void exec_first_filter(struct session *s, const char *p, size_t n)
@@ -181,8 +195,9 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
                 s->xphase = XP_HEADER;
             } else if (s->xerr.len > 0) {
                 /* EXECABORT: the command was refused when queued (OOM,
-                 * READONLY, NOPERM...); that error is its reply. */
-                toc_add(s, s->xerr.p, s->xerr.len, 1);
+                 * READONLY, NOPERM, a cluster's MOVED...); that error is its
+                 * reply. */
+                toc_add_reply(s, TOPO_NONE, s->xerr.p, s->xerr.len);
                 s->xerr.len = 0;
                 s->xphase = XP_REST;
             } else {
@@ -283,15 +298,8 @@ static void hold(struct session *s, const char *p, size_t n, int done, int start
     sbuf_add(&s->held, p, n);
     if (!done)
         return;
-    size_t len;
-    enum topo_kind kind = head != NULL && head->what == PW_TOPOLOGY ? head->subkind : TOPO_NONE;
-    char *out = cluster_rewrite(kind, s->held.p, s->held.len, s->be.t, &len);
-    if (out != NULL) {
-        toc_add(s, out, len, 1);
-        free(out);
-    } else {
-        toc_add(s, s->held.p, s->held.len, 1);
-    }
+    toc_add_reply(s, head != NULL && head->what == PW_TOPOLOGY ? head->subkind : TOPO_NONE,
+                  s->held.p, s->held.len);
     s->held.len = 0;
 }
 

@@ -340,6 +340,7 @@ static void session_free(struct session *s)
     if (s->next)
         s->next->prev = s->prev;
     s->srv->nsessions--;
+    s->be.t->sessions--;
     server_session_gone(s->srv);
     while (s->qlen)
         q_pop(s);
@@ -717,6 +718,7 @@ static const struct ev_client *client_info(struct session *s, struct ev_client *
     c->addr = s->client_addr;
     c->name = s->client_name;
     c->db = s->db;
+    c->node = s->srv->cfg->cluster ? s->be.t->name : NULL;
     return c;
 }
 
@@ -1127,6 +1129,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (rt == RT_WAIT)
         return HR_WAIT;
     s->srv->stats.requests++;
+    s->be.t->requests++;
     if (rt == RT_SELECT) {
         plan_replies(s, req, &pl);
         select_shared(s, req, &pl);
@@ -1463,6 +1466,7 @@ void session_accept(struct server *srv, uv_stream_t *listener, struct tls_contex
     session_set_mode(s, SM_DOWN);
     bconn_init(&s->be, srv, &be_ops, s);
     s->be.t = target;           /* its own connections and its shared ones go there */
+    target->sessions++;
 
     if (listener->type == UV_TCP)
         uv_tcp_init(srv->loop, &s->client.h.tcp);

@@ -152,7 +152,7 @@ static const char *find_line(char **v, int n, const char *a, const char *b)
     return NULL;
 }
 
-static const struct ev_client client = { "127.0.0.1:5000", "worker", 3 };
+static const struct ev_client client = { .addr = "127.0.0.1:5000", .name = "worker", .db = 3 };
 
 /* ---- JSON ------------------------------------------------------------------- */
 
