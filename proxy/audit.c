@@ -61,6 +61,8 @@ struct audit_opts {
     int top;
     int fix;
     int yes;
+    int cluster;                    /* walk every primary of the cluster the backend is in */
+    int from_replicas;              /* ...reading from a replica of each shard instead */
 };
 
 /* Keys of one SCAN reply, and what the per-key commands answered. */
@@ -140,7 +142,7 @@ static void on_signal(int sig)
 static const char usage_text[] =
     "usage: ttlguard audit --config FILE [--backend ADDR] [--db N] [--match PATTERN]\n"
     "                      [--json] [--memory] [--rate KEYS_PER_S] [--count N] [--top N]\n"
-    "                      [--fix [--yes]]\n"
+    "                      [--fix [--yes]] [--cluster [--from-replicas]]\n"
     "\n"
     "Walks the keyspace with SCAN and classifies every key by the config's rules:\n"
     "leaked (a ttl rule, no TTL), registered (durable), unregistered persistent.\n"
@@ -156,6 +158,10 @@ static const char usage_text[] =
     "  --top N           patterns to list per table; default 20\n"
     "  --fix             give leaked keys their rule's ttl (EXPIRE key ttl NX); a dry run\n"
     "  --yes             ...that really writes (never on a replica)\n"
+    "  --cluster         the backend is a node of a Redis Cluster: audit every primary\n"
+    "                    (CLUSTER SHARDS), with totals and a breakdown per node\n"
+    "  --from-replicas   with --cluster: read each shard from an online replica (keeps the\n"
+    "                    load off the primaries; a shard without one is read from its primary)\n"
     "\n"
     "Exit status: 0 no leaked keys, 1 leaked keys found, 2 usage, config, connection\n"
     "or backend error, 3 interrupted (partial report printed).\n";
@@ -244,6 +250,10 @@ static int parse_args(int argc, char **argv, struct audit_opts *o)
             o->fix = 1;
         } else if (!strcmp(a, "--yes")) {
             o->yes = 1;
+        } else if (!strcmp(a, "--cluster")) {
+            o->cluster = 1;
+        } else if (!strcmp(a, "--from-replicas")) {
+            o->from_replicas = 1;
         } else {
             usage_error("unknown argument '%s'", argv[i]);
             return -1;
@@ -255,6 +265,18 @@ static int parse_args(int argc, char **argv, struct audit_opts *o)
     }
     if (o->yes && !o->fix) {
         usage_error("%s", "--yes only makes sense with --fix");
+        return -1;
+    }
+    if (o->from_replicas && !o->cluster) {
+        usage_error("%s", "--from-replicas goes with --cluster");
+        return -1;
+    }
+    if (o->from_replicas && o->yes) {
+        usage_error("%s", "--fix --yes writes: not with --from-replicas (replicas are read-only)");
+        return -1;
+    }
+    if (o->cluster && o->db != 0) {
+        usage_error("%s", "--cluster: a cluster has database 0 only");
         return -1;
     }
     if (o->count == 0) {
@@ -894,11 +916,11 @@ static int read_info(struct aconn *c, struct arep *rep, int slot, char *err, siz
     return 0;
 }
 
-static int connect_backend(const struct audit_opts *o, const struct config *cfg, struct arep *rep,
-                           struct aconn **out, char *err, size_t errlen)
+static int connect_backend(const struct audit_opts *o, const struct config *cfg,
+                           const char *backend, struct arep *rep, struct aconn **out, char *err,
+                           size_t errlen)
 {
     struct addr a;
-    const char *backend = o->backend ? o->backend : cfg->backend;
     char why[256];
     if (addr_parse(backend, &a, why, sizeof why) == -1) {
         snprintf(err, errlen, "backend %s", why);
@@ -932,6 +954,11 @@ static int connect_backend(const struct audit_opts *o, const struct config *cfg,
     if (aconn_call(c, &r, err, errlen, 3, setname) == -1)
         goto fail;
     freeReplyObject(r);
+    if (o->from_replicas) {
+        const char *argv[] = { "READONLY" };   /* a replica serves reads only after it */
+        if (simple_call(c, err, errlen, "READONLY", NULL, 1, argv) == -1)
+            goto fail;
+    }
     if (o->db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", o->db);
@@ -946,6 +973,143 @@ static int connect_backend(const struct audit_opts *o, const struct config *cfg,
 fail:
     aconn_close(c);
     return -1;
+}
+
+/* Refuse --fix --yes where it cannot work, before scanning for minutes. */
+static int fix_preflight(const struct arep *rep, char *err, size_t errlen);
+static const redisReply *reply_field(const redisReply *r, const char *key);
+
+/* Audit one server (a node of a cluster, or the backend) into s->rep.
+ * -1 with err on a connection or backend error; an interruption is not one
+ * (rep->interrupted says it). */
+static int audit_node(struct scan *s, const char *backend, char *err, size_t errlen)
+{
+    struct arep *rep = s->rep;
+    if (connect_backend(s->o, s->cfg, backend, rep, &s->c, err, errlen) == -1)
+        return -1;
+    if (rep->fix == AREP_FIX_APPLY && fix_preflight(rep, err, errlen) == -1)
+        return -1;
+    /* With --match only some keys count; the set then grows as needed. */
+    free(s->seen.v);
+    memset(&s->seen, 0, sizeof s->seen);
+    seen_init(&s->seen, s->o->match || rep->info_keys[0] < 0 ? 0 : (uint64_t)rep->info_keys[0]);
+    s->walked = 0;
+    s->fraction = 0;
+    uint64_t t0 = now_ms_monotonic();
+    s->t0 = t0;
+    s->progress_at = t0;
+    if (scan_run(s, err, errlen) == -1) {
+        progress(s, 1);
+        return -1;
+    }
+    progress(s, 1);
+    rep->elapsed_ms += now_ms_monotonic() - t0;
+    /* A signal after the last reply changes nothing: the report is whole. */
+    rep->interrupted = !(s->walked && s->qlen == 0);
+    if (!rep->interrupted) {
+        aconn_use_functions(s->c, NULL, NULL);
+        if (read_info(s->c, rep, 1, err, errlen) == -1) {
+            /* The audit itself is complete; only the comparison is lost. */
+            fprintf(stderr, "ttlguard audit: %s\n", err);
+            rep->info_keys[1] = -1;
+        }
+    }
+    return 0;
+}
+
+/* The nodes to read, one per shard of the cluster seed is in: its primary,
+ * or with --from-replicas an online replica when it has one. Returns how
+ * many were put in nodes (host:port strings, malloc'ed), or -1 with err. */
+static int cluster_nodes(struct scan *s, const char *seed, char **nodes, int max, char *err,
+                         size_t errlen)
+{
+    const char *argv[] = { "CLUSTER", "SHARDS" };
+    redisReply *r;
+    int n = 0;
+    if (connect_backend(s->o, s->cfg, seed, s->rep, &s->c, err, errlen) == -1)
+        return -1;
+    if (simple_call(s->c, err, errlen, "--cluster: CLUSTER SHARDS", &r, 2, argv) == -1) {
+        aconn_close(s->c);
+        s->c = NULL;
+        return -1;
+    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && n < max; i++) {
+        const redisReply *list = reply_field(r->element[i], "nodes"), *pick = NULL;
+        for (size_t j = 0; list != NULL && list->type == REDIS_REPLY_ARRAY && j < list->elements;
+             j++) {
+            const redisReply *node = list->element[j];
+            const redisReply *role = reply_field(node, "role"), *health = reply_field(node, "health");
+            int primary = role != NULL && role->str != NULL && strcmp(role->str, "master") == 0;
+            int online = health == NULL || (health->str != NULL && strcmp(health->str, "online") == 0);
+            if (primary && pick == NULL)
+                pick = node;        /* the fallback when no replica will do */
+            if (s->o->from_replicas && !primary && online) {
+                pick = node;
+                break;
+            }
+        }
+        const redisReply *ip = pick != NULL ? reply_field(pick, "ip") : NULL;
+        const redisReply *port = pick != NULL ? reply_field(pick, "port") : NULL;
+        if (ip == NULL || ip->str == NULL || port == NULL || port->type != REDIS_REPLY_INTEGER)
+            continue;
+        char addr[300];
+        snprintf(addr, sizeof addr, strchr(ip->str, ':') ? "[%s]:%lld" : "%s:%lld", ip->str,
+                 port->integer);
+        nodes[n++] = xstrdup(addr);
+    }
+    freeReplyObject(r);
+    aconn_close(s->c);
+    s->c = NULL;
+    if (n == 0)
+        snprintf(err, errlen, "--cluster: %s lists no shard with a reachable node", seed);
+    return n > 0 ? n : -1;
+}
+
+/* --cluster: every node cluster_nodes() chose, into one report with a line
+ * per node. */
+static int audit_cluster(struct scan *s, const char *seed, char *err, size_t errlen)
+{
+    struct arep *rep = s->rep;
+    char *nodes[AREP_MAX_NODES];
+    int n = cluster_nodes(s, seed, nodes, AREP_MAX_NODES, err, errlen), rc = 0;
+    long long keys[2] = { 0, 0 }, expires[2] = { 0, 0 };
+    if (n > 0)
+        rep->nodes = xcalloc((size_t)n, sizeof *rep->nodes);
+    for (int i = 0; i < n && rc == 0 && !rep->interrupted; i++) {
+        uint64_t seen = rep->seen, leaked = arep_leaked(rep);
+        rc = audit_node(s, nodes[i], err, errlen);
+        aconn_close(s->c);
+        s->c = NULL;
+        if (rc == -1)
+            break;
+        struct arep_node *nd = &rep->nodes[rep->nnodes++];
+        snprintf(nd->name, sizeof nd->name, "%s", rep->backend);
+        snprintf(nd->role, sizeof nd->role, "%s", rep->role);
+        nd->keys = rep->seen - seen;
+        nd->leaked = arep_leaked(rep) - leaked;
+        for (int k = 0; k < 2; k++) {
+            keys[k] = keys[k] < 0 || rep->info_keys[k] < 0 ? -1 : keys[k] + rep->info_keys[k];
+            expires[k] += rep->info_expires[k];
+        }
+    }
+    for (int i = 0; i < (n > 0 ? n : 0); i++)
+        free(nodes[i]);
+    if (rc == -1 || n < 0)
+        return -1;
+    memcpy(rep->info_keys, keys, sizeof keys);
+    memcpy(rep->info_expires, expires, sizeof expires);
+    snprintf(rep->backend, sizeof rep->backend, "cluster of %s (%zu %s)", seed, rep->nnodes,
+             s->o->from_replicas ? "shards, read from replicas" : "primaries");
+    return 0;
+}
+
+/* The value of key in a RESP2 flat key-value array (CLUSTER SHARDS). */
+static const redisReply *reply_field(const redisReply *r, const char *key)
+{
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING && strcmp(r->element[i]->str, key) == 0)
+            return r->element[i + 1];
+    return NULL;
 }
 
 /* Refuse --fix --yes where it cannot work, before scanning for minutes. */
@@ -1009,11 +1173,7 @@ int audit_main(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
-    if (connect_backend(&o, &cfg, &rep, &s.c, err, sizeof err) == -1)
-        goto done;
     if (rep.fix == AREP_FIX_APPLY) {
-        if (fix_preflight(&rep, err, sizeof err) == -1)
-            goto done;
         if (cfg.events != NULL && strcmp(cfg.events, "stderr") == 0) {
             s.events = stderr;
         } else if (cfg.events != NULL) {
@@ -1027,25 +1187,12 @@ int audit_main(int argc, char **argv)
         }
     }
 
-    /* With --match only some keys count; the set then grows as needed. */
-    seen_init(&s.seen, o.match || rep.info_keys[0] < 0 ? 0 : (uint64_t)rep.info_keys[0]);
-    s.t0 = now_ms_monotonic();
-    s.progress_at = s.t0;
-    if (scan_run(&s, err, sizeof err) == -1) {
-        progress(&s, 1);
+    const char *backend = o.backend ? o.backend : cfg.backend;
+    if (o.cluster) {
+        if (audit_cluster(&s, backend, err, sizeof err) == -1)
+            goto done;
+    } else if (audit_node(&s, backend, err, sizeof err) == -1) {
         goto done;
-    }
-    progress(&s, 1);
-    rep.elapsed_ms = now_ms_monotonic() - s.t0;
-    /* A signal after the last reply changes nothing: the report is whole. */
-    rep.interrupted = !(s.walked && s.qlen == 0);
-    if (!rep.interrupted) {
-        aconn_use_functions(s.c, NULL, NULL);
-        if (read_info(s.c, &rep, 1, err, sizeof err) == -1) {
-            /* The audit itself is complete; only the comparison is lost. */
-            fprintf(stderr, "ttlguard audit: %s\n", err);
-            rep.info_keys[1] = -1;
-        }
     }
 
     if (rep.interrupted)

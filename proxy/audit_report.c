@@ -57,6 +57,7 @@ static void tally_free(struct arep_tally *t)
 
 void arep_free(struct arep *a)
 {
+    free(a->nodes);
     for (size_t i = 0; i < a->nrules; i++) {
         tally_free(&a->rules[i].no_ttl);
         tally_free(&a->rules[i].with_ttl);
@@ -618,6 +619,27 @@ static void print_keyspace(FILE *f, const struct arep *a)
         "the scan runs move both numbers.\n");
 }
 
+/* --cluster: the share of each node. */
+static void print_nodes(FILE *f, const struct arep *a)
+{
+    if (a->nnodes == 0)
+        return;
+    struct table t;
+    fprintf(f, "\n");
+    table_init(&t, 4, "llrr");
+    table_cell(&t, "NODE");
+    table_cell(&t, "ROLE");
+    table_cell(&t, "KEYS");
+    table_cell(&t, "LEAKED");
+    for (size_t i = 0; i < a->nnodes; i++) {
+        table_cell(&t, "%s", a->nodes[i].name);
+        table_cell(&t, "%s", a->nodes[i].role);
+        table_cell(&t, "%llu", (unsigned long long)a->nodes[i].keys);
+        table_cell(&t, "%llu", (unsigned long long)a->nodes[i].leaked);
+    }
+    table_print(f, &t);
+}
+
 void arep_print_text(FILE *f, const struct arep *a, int exit_status)
 {
     char mem[32], buf[512];
@@ -656,6 +678,7 @@ void arep_print_text(FILE *f, const struct arep *a, int exit_status)
         table_cell(&t, "%s", buf);
     }
     table_print(f, &t);
+    print_nodes(f, a);
 
     /* Rules. */
     fprintf(f, "\n");
@@ -863,6 +886,19 @@ void arep_print_json(FILE *f, const struct arep *a, int exit_status)
             (unsigned long long)a->seen, (unsigned long long)with_ttl,
             (unsigned long long)(a->seen - with_ttl), (unsigned long long)a->expired_during,
             (unsigned long long)a->duplicates, (unsigned long long)arep_leaked(a));
+
+    if (a->nnodes > 0) {
+        fputs(",\"nodes\":[", f);
+        for (size_t i = 0; i < a->nnodes; i++) {
+            fputs(i ? ",{\"node\":" : "{\"node\":", f);
+            json_cstr(f, a->nodes[i].name);
+            fputs(",\"role\":", f);
+            json_cstr(f, a->nodes[i].role);
+            fprintf(f, ",\"keys\":%llu,\"leaked\":%llu}", (unsigned long long)a->nodes[i].keys,
+                    (unsigned long long)a->nodes[i].leaked);
+        }
+        fputc(']', f);
+    }
 
     fputs(",\"info\":{", f);
     for (int i = 0; i < 2; i++) {

@@ -90,6 +90,16 @@ struct arep_patterns {
 
 enum arep_fix_mode { AREP_FIX_OFF, AREP_FIX_DRY_RUN, AREP_FIX_APPLY };
 
+#define AREP_MAX_NODES 1024     /* shards of one cluster audit */
+
+/* --cluster: one node's share of the totals. */
+struct arep_node {
+    char name[300];             /* its address */
+    char role[16];
+    uint64_t keys;              /* keys classified there */
+    uint64_t leaked;
+};
+
 struct arep {
     /* What was audited (set by the caller; strings borrowed). */
     const char *config_path;
@@ -124,6 +134,10 @@ struct arep {
     uint64_t fix_skipped;       /* answered 0: got a TTL meanwhile, or gone */
     uint64_t fix_errors;
     char fix_error[256];        /* first error reply */
+
+    /* --cluster: a line per node walked (nodes[nnodes]). */
+    struct arep_node *nodes;
+    size_t nnodes;
 };
 
 void arep_init(struct arep *a, const struct ruleset *rs);
