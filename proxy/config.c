@@ -77,14 +77,13 @@ static int parse_int(const struct conf_key *, enum section_kind, const char *, v
 static int parse_uint(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_ll(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_size(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
-static int parse_log_keys(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_choice(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_action(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_refresh(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_unknown(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_onoff(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_text(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_listen(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
-static int parse_tls_auth(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_backend(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_port_range(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 
@@ -103,7 +102,8 @@ static const struct conf_key conf_keys[] = {
     { "connect_timeout",     IN_PROXY, parse_uint,     CFG(connect_timeout),     1, DURATION_MAX, "milliseconds" },
     { "events",              IN_PROXY, parse_optional, CFG(events),              0, 0, NULL },
     { "admin",               IN_PROXY, parse_admin,    CFG(admin),               0, 0, NULL },
-    { "log_keys",            IN_PROXY, parse_log_keys, CFG(log_keys),            0, 0, NULL },
+    { "log_keys",            IN_PROXY, parse_choice,   CFG(log_keys),            0, 0, "full|hash|prefix" },
+    { "log_format",          IN_PROXY, parse_choice,   CFG(log_format),          0, 0, "text|json" },
     { "event_window",        IN_PROXY, parse_uint,     CFG(event_window),        1, DURATION_MAX, "seconds" },
     { "multiplex",           IN_PROXY, parse_onoff,    CFG(multiplex),           0, 0, NULL },
 
@@ -119,7 +119,7 @@ static const struct conf_key conf_keys[] = {
     { "tls_key_file",             IN_PROXY, parse_optional, CFG(tls_key_file),             0, 0, NULL },
     { "tls_ca_cert_file",         IN_PROXY, parse_optional, CFG(tls_ca_cert_file),         0, 0, NULL },
     { "tls_ca_cert_dir",          IN_PROXY, parse_optional, CFG(tls_ca_cert_dir),          0, 0, NULL },
-    { "tls_auth_clients",         IN_PROXY, parse_tls_auth, CFG(tls_auth_clients),         0, 0, NULL },
+    { "tls_auth_clients",         IN_PROXY, parse_choice,   CFG(tls_auth_clients),         0, 0, "no|optional|yes" },
     { "tls_protocols",            IN_PROXY, parse_optional, CFG(tls_protocols),            0, 0, NULL },
     { "tls_ciphers",              IN_PROXY, parse_optional, CFG(tls_ciphers),              0, 0, NULL },
     { "tls_ciphersuites",         IN_PROXY, parse_optional, CFG(tls_ciphersuites),         0, 0, NULL },
@@ -384,22 +384,6 @@ static int parse_listen(const struct conf_key *k, enum section_kind in, const ch
     return parse_addr(k, in, value, field, err, errlen);
 }
 
-/* redis.conf's tls-auth-clients: client certificates not asked for,
- * verified when given, or required. */
-static int parse_tls_auth(const struct conf_key *k, enum section_kind in, const char *value,
-                          void *field, char *err, size_t errlen)
-{
-    static const char *const words[] = { "no", "optional", "yes" };
-    for (int i = 0; i < 3; i++) {
-        if (strcmp(value, words[i]) == 0) {
-            *(int *)field = i;
-            return 0;
-        }
-    }
-    snprintf(err, errlen, "%s = '%s': expected no, optional or yes", k->name, value);
-    return -1;
-}
-
 /* Free text where empty means unset (NULL). */
 static int parse_optional(const struct conf_key *k, enum section_kind in, const char *value,
                           void *field, char *err, size_t errlen)
@@ -435,21 +419,26 @@ static int parse_onoff(const struct conf_key *k, enum section_kind in, const cha
     return 0;
 }
 
-static int parse_log_keys(const struct conf_key *k, enum section_kind in, const char *value,
-                          void *field, char *err, size_t errlen)
+/* One of the words in k->unit ("a|b|c"): its index, as an int (or an enum
+ * whose values are those indexes). */
+static int parse_choice(const struct conf_key *k, enum section_kind in, const char *value,
+                        void *field, char *err, size_t errlen)
 {
-    enum log_keys *dst = field;
-    if (strcmp(value, "full") == 0)
-        *dst = LOG_KEYS_FULL;
-    else if (strcmp(value, "hash") == 0)
-        *dst = LOG_KEYS_HASH;
-    else if (strcmp(value, "prefix") == 0)
-        *dst = LOG_KEYS_PREFIX;
-    else {
-        snprintf(err, errlen, "%s = '%s': expected full, hash or prefix", k->name, value);
-        return -1;
+    const char *w = k->unit;
+    char expected[128] = "";
+    size_t used = 0;
+    for (int i = 0; *w != '\0'; i++) {
+        size_t n = strcspn(w, "|");
+        if (strlen(value) == n && strncmp(value, w, n) == 0) {
+            *(int *)field = i;
+            return 0;
+        }
+        used += (size_t)snprintf(expected + used, sizeof expected - used, "%s%.*s",
+                                 i == 0 ? "" : w[n] == '\0' ? " or " : ", ", (int)n, w);
+        w += n + (w[n] == '|');
     }
-    return 0;
+    snprintf(err, errlen, "%s = '%s': expected %s", k->name, value, expected);
+    return -1;
 }
 
 static int parse_action(const struct conf_key *k, enum section_kind in, const char *value,

@@ -36,6 +36,7 @@ struct config {
     char *events;                   /* NULL = off, "stderr", or a file path */
     char *admin;                    /* NULL = off, else "host:port" */
     enum log_keys log_keys;         /* full */
+    int log_format;                 /* ttlguard's own log lines: 0 text, 1 JSON */
     unsigned event_window;          /* seconds repeats are folded; 10 */
     int multiplex;                  /* share backend connections between sessions; 1 */
 

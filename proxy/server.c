@@ -315,6 +315,7 @@ static void reload(struct server *srv)
 
     struct config *old = srv->cfg;
     srv->cfg = cfg;
+    log_json = cfg->log_format;
     events_reconfigure(cfg);
     admin_reconfigure(srv);
     config_free(old);
@@ -359,6 +360,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     memset(srv, 0, sizeof *srv);
     srv->loop = uv_default_loop();
     srv->cfg = cfg;
+    log_json = cfg->log_format;
     srv->listen_override = listen_override != NULL;
     srv->backend_override = backend_override != NULL;
     struct addr backend_addr;

@@ -16,6 +16,7 @@
 #include "util.h"
 
 enum log_level log_threshold = LOG_INFO;
+int log_json;
 
 static const char *level_names[] = { "debug", "info", "warn", "error" };
 
@@ -39,7 +40,22 @@ void log_write(enum log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s ttlguard %s: %s\n", ts, level_names[level], msg);
+    if (!log_json) {
+        fprintf(stderr, "%s ttlguard %s: %s\n", ts, level_names[level], msg);
+        return;
+    }
+    /* Log pipelines parse JSON: the message escaped as a JSON string. */
+    char line[sizeof msg * 6 + 96], *o = line;
+    o += sprintf(o, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", ts, level_names[level]);
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            o += sprintf(o, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            o += sprintf(o, "\\u%04x", *p);
+        else
+            *o++ = (char)*p;
+    }
+    fprintf(stderr, "%.*s\"}\n", (int)(o - line), line);
 }
 
 void ttlg_assert_fail(const char *cond, const char *file, int line)

@@ -32,6 +32,7 @@ struct slice {
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 
 extern enum log_level log_threshold;
+extern int log_json;        /* log_format = json: one JSON object per line */
 
 void log_write(enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -486,3 +486,31 @@ def test_report_unreadable_file_exits_2(tmp_path):
     assert r.returncode == 2
     assert b"missing.log" in r.stderr
     assert r.stdout == b""
+
+
+def test_log_format_json(make_proxy, tmp_path):
+    """log_format = json: every line ttlguard writes about itself (start,
+    a backend that is down, a refused reload) is one JSON object with ts,
+    level and msg, and the message survives escaping (quotes, backslashes);
+    text is the default and stays the "TS ttlguard LEVEL: msg" form."""
+    down = harness.free_port()                    # nothing listens there
+    p = make_proxy(down, conf={"log_format": "json", "connect_timeout": "300"}, expect=None)
+    with Conn(p.port) as c:
+        c.send(enc("PING"))
+        c.read_until_eof(timeout=5)
+    with open(p.config_path, "a") as f:
+        f.write('[ttl "a\\"b\\\\"]\naction = rewrite\n')   # refused: no ttl
+    p.send_signal(signal.SIGHUP)
+    wait_for(lambda: "config refused" in p.stderr(), 5, "the refused reload")
+    lines = [l for l in p.stderr().splitlines() if l.strip()]
+    objs = [json.loads(l) for l in lines]           # raises on any non-JSON line
+    assert all(set(o) == {"ts", "level", "msg"} for o in objs), objs
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", o["ts"]) for o in objs)
+    assert any(o["level"] == "warn" and "unavailable: connection refused" in o["msg"]
+               for o in objs), objs
+    refused = [o["msg"] for o in objs if "config refused" in o["msg"]]
+    assert refused and '[ttl "a\\"b\\\\"] has action = rewrite but no ttl' in refused[0], refused
+
+    q = make_proxy(down, expect=None)
+    first = [l for l in q.stderr().splitlines() if "listening on" in l][0]
+    assert re.match(r"^\S+Z ttlguard info: ttlguard \S+ listening on ", first), first

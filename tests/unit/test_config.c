@@ -83,8 +83,9 @@ Test(config, example_file_loads)
     cr_assert_null(cfg.backend_password);
     cr_assert_eq(cfg.max_clients, 10000);
     cr_assert_eq(cfg.max_buffer, 4u << 20);
-    cr_assert_null(cfg.events);
-    cr_assert_null(cfg.admin);
+    cr_assert_str_eq(cfg.events, "stderr", "the first run shows registrations and violations");
+    cr_assert_str_eq(cfg.admin, "127.0.0.1:9121", "...and serves /metrics on loopback");
+    cr_assert_eq(cfg.log_format, 0);
     cr_assert_eq(cfg.event_window, 10);
     cr_assert_eq(cfg.multiplex, 1);
 
@@ -609,6 +610,7 @@ Test(config, tls_settings_that_do_not_fit)
     load_err("[proxy]\nbackend = unix:/tmp/r.sock\nbackend_tls = on\n", 3,
              "needs a host:port backend");
     load_err("[proxy]\ntls_auth_clients = maybe\n", 2, "expected no, optional or yes");
+    load_err("[proxy]\nlog_format = xml\n", 2, "log_format = 'xml': expected text or json");
     load_err("[proxy]\nbackend_tls = yes\n", 2, "backend_tls");
 }
 
