@@ -243,19 +243,6 @@ void q_pop(struct session *s)
     }
 }
 
-/* The backend connection failed before it was ready: drop what waited for it. */
-static void q_drop_backend_entries(struct session *s)
-{
-    uint32_t n = s->qlen;
-    for (uint32_t i = 0; i < n; i++) {
-        struct pending p = s->q[s->qhead];
-        s->q[s->qhead].local_owned = 0;
-        q_pop(s);
-        if (p.kind == PK_LOCAL)
-            *q_push(s) = p;
-    }
-}
-
 /* Replies Redis will send on the shared connection for what s just queued. */
 static void owe(struct session *s, int n)
 {
@@ -306,10 +293,10 @@ static void queue_error(struct session *s, const char *msg)
     queue_local(s, line, (size_t)n, 0);
 }
 
-/* The backend will not answer what was sent to it: each request owed a
- * reply gets the reason instead, in its place; the proxy's own requests are
- * forgotten. */
-static void q_fail_backend_entries(struct session *s)
+/* The backend will not answer what waited for it: the entries owed a reply
+ * by the backend are dropped, or with `answer` get it instead (Redis's own
+ * error line, without '-'), each in its place; the proxy's own are dropped. */
+static void q_fail_backend_entries(struct session *s, const char *answer)
 {
     uint32_t n = s->qlen;
     for (uint32_t i = 0; i < n; i++) {
@@ -318,8 +305,8 @@ static void q_fail_backend_entries(struct session *s)
         q_pop(s);
         if (p.kind == PK_LOCAL)
             *q_push(s) = p;
-        else if (p.kind == PK_FORWARD)
-            queue_error(s, s->be.t->down_reason);
+        else if (p.kind == PK_FORWARD && answer != NULL)
+            queue_error(s, answer);
     }
 }
 
@@ -430,7 +417,7 @@ static void backend_lost(struct session *s, const char *why)
 static void backend_unavailable(struct session *s)
 {
     session_set_mode(s, SM_DOWN);
-    q_fail_backend_entries(s);
+    q_fail_backend_entries(s, s->be.t->down_reason);
     if (s->ilen > 0) {
         process_input(s, s->ibuf, s->ilen, 1);
     } else if (s->qlen > 0) {
@@ -449,7 +436,7 @@ void session_shared_lost(struct session *s, int was_ready)
         return;
     session_set_mode(s, was_ready ? SM_LOST : SM_DOWN);
     if (!was_ready) {
-        q_drop_backend_entries(s);
+        q_fail_backend_entries(s, NULL);
         queue_error(s, s->be.t->down_reason);
         emit_locals(s);
         flush_all(s);
