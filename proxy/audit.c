@@ -63,6 +63,7 @@ struct audit_opts {
     int yes;
     int cluster;                    /* walk every primary of the cluster the backend is in */
     int from_replicas;              /* ...reading from a replica of each shard instead */
+    const char *html;               /* --html FILE: also write the report as one page */
 };
 
 /* Keys of one SCAN reply, and what the per-key commands answered. */
@@ -142,7 +143,7 @@ static void on_signal(int sig)
 static const char usage_text[] =
     "usage: ttlguard audit --config FILE [--backend ADDR] [--db N] [--match PATTERN]\n"
     "                      [--json] [--memory] [--rate KEYS_PER_S] [--count N] [--top N]\n"
-    "                      [--fix [--yes]] [--cluster [--from-replicas]]\n"
+    "                      [--fix [--yes]] [--cluster [--from-replicas]] [--html OUT.html]\n"
     "\n"
     "Walks the keyspace with SCAN and classifies every key by the config's rules:\n"
     "leaked (a ttl rule, no TTL), registered (durable), unregistered persistent.\n"
@@ -152,6 +153,7 @@ static const char usage_text[] =
     "  --db N            database to audit (SELECT); default 0\n"
     "  --match PATTERN   only keys matching this glob (SCAN MATCH)\n"
     "  --json            machine-readable report on stdout\n"
+    "  --html FILE       also write the report as one self-contained HTML page with charts\n"
     "  --memory          also sum MEMORY USAGE per rule, group and pattern\n"
     "  --rate N          read at most N keys per second\n"
     "  --count N         SCAN COUNT hint; default 250 (with --rate: rate/10, 10..250)\n"
@@ -198,7 +200,7 @@ static int parse_args(int argc, char **argv, struct audit_opts *o)
         }
         int takes = !strcmp(a, "--config") || !strcmp(a, "--backend") || !strcmp(a, "--db")
                  || !strcmp(a, "--match") || !strcmp(a, "--rate") || !strcmp(a, "--count")
-                 || !strcmp(a, "--top");
+                 || !strcmp(a, "--top") || !strcmp(a, "--html");
         if (takes && val == NULL) {
             if (i + 1 >= argc) {
                 usage_error("%s needs a value", a);
@@ -244,6 +246,8 @@ static int parse_args(int argc, char **argv, struct audit_opts *o)
             o->top = (int)n;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
+        } else if (!strcmp(a, "--html")) {
+            o->html = val;
         } else if (!strcmp(a, "--memory")) {
             o->memory = 1;
         } else if (!strcmp(a, "--fix")) {
@@ -1146,6 +1150,14 @@ int audit_main(int argc, char **argv)
         return AUDIT_EXIT_ERROR;
     }
 
+    /* --html: a file that cannot be made fails now, not after the scan. */
+    FILE *html = o.html ? fopen(o.html, "w") : NULL;
+    if (o.html && html == NULL) {
+        fprintf(stderr, "ttlguard audit: --html %s: %s\n", o.html, strerror(errno));
+        config_free(&cfg);
+        return AUDIT_EXIT_ERROR;
+    }
+
     struct arep rep;
     arep_init(&rep, &cfg.rules);
     rep.config_path = o.config;
@@ -1207,10 +1219,24 @@ int audit_main(int argc, char **argv)
         arep_print_text(stdout, &rep, status);
     fflush(stdout);
     err[0] = '\0';
+    if (html != NULL) {
+        arep_print_html(html, &rep, status);
+        int bad = ferror(html);
+        if (fclose(html) != 0 || bad) {
+            snprintf(err, sizeof err, "--html %s: cannot write: %s", o.html,
+                     strerror(errno ? errno : EIO));
+            status = AUDIT_EXIT_ERROR;
+        }
+        html = NULL;
+    }
 
 done:
     if (status == AUDIT_EXIT_ERROR && err[0])
         fprintf(stderr, "ttlguard audit: %s\n", err);
+    if (html != NULL) {             /* no report to write: no page either */
+        fclose(html);
+        unlink(o.html);
+    }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     if (s.events_close)

@@ -9,6 +9,7 @@
 
 #include "audit_report.h"
 #include "events.h"
+#include "html.h"
 #include "util.h"
 
 static const char *ttl_bucket_names[AREP_TTL_BUCKETS] = {
@@ -375,6 +376,11 @@ static size_t fold(const char *key, size_t len, char *out, size_t cap)
     return o;
 }
 
+size_t arep_fold(const char *key, size_t len, char *out, size_t cap)
+{
+    return fold(key, len, out, cap);
+}
+
 /* ---- text output ------------------------------------------------------ */
 
 /* An aligned table: cells are added row by row, then printed with each
@@ -640,6 +646,27 @@ static void print_nodes(FILE *f, const struct arep *a)
     table_print(f, &t);
 }
 
+/* "RESULT: ... (exit N)", the last line of the text report. */
+static void result_line(char *buf, size_t len, const struct arep *a, uint64_t durable_with_ttl,
+                        int exit_status)
+{
+    uint64_t leaked = arep_leaked(a);
+    size_t o = (size_t)snprintf(buf, len, "RESULT: ");
+    if (a->interrupted)
+        o += (size_t)snprintf(buf + o, len - o, "interrupted; %llu leaked keys so far",
+                              (unsigned long long)leaked);
+    else if (leaked)
+        o += (size_t)snprintf(buf + o, len - o, "%llu leaked keys under rules that require a TTL",
+                              (unsigned long long)leaked);
+    else
+        o += (size_t)snprintf(buf + o, len - o, "no leaked keys");
+    if (durable_with_ttl && o < len)
+        o += (size_t)snprintf(buf + o, len - o, "; %llu durable keys carry a TTL and can be evicted",
+                              (unsigned long long)durable_with_ttl);
+    if (o < len)
+        snprintf(buf + o, len - o, " (exit %d)", exit_status);
+}
+
 void arep_print_text(FILE *f, const struct arep *a, int exit_status)
 {
     char mem[32], buf[512];
@@ -756,18 +783,8 @@ void arep_print_text(FILE *f, const struct arep *a, int exit_status)
                     (unsigned long long)a->fix_no_ttl);
     }
 
-    uint64_t leaked = arep_leaked(a);
-    fprintf(f, "\nRESULT: ");
-    if (a->interrupted)
-        fprintf(f, "interrupted; %llu leaked keys so far", (unsigned long long)leaked);
-    else if (leaked)
-        fprintf(f, "%llu leaked keys under rules that require a TTL", (unsigned long long)leaked);
-    else
-        fprintf(f, "no leaked keys");
-    if (groups[AREP_REGISTERED_TTL].keys)
-        fprintf(f, "; %llu durable keys carry a TTL and can be evicted",
-                (unsigned long long)groups[AREP_REGISTERED_TTL].keys);
-    fprintf(f, " (exit %d)\n", exit_status);
+    result_line(buf, sizeof buf, a, groups[AREP_REGISTERED_TTL].keys, exit_status);
+    fprintf(f, "\n%s\n", buf);
 }
 
 /* ---- JSON output ------------------------------------------------------ */
@@ -952,4 +969,307 @@ void arep_print_json(FILE *f, const struct arep *a, int exit_status)
             (unsigned long long)a->fix_skipped, (unsigned long long)a->fix_errors);
     json_cstr(f, a->fix_errors ? a->fix_error : NULL);
     fputs("}}\n", f);
+}
+
+/* ---- HTML output ------------------------------------------------------ */
+
+#define HTML_KEY_CUT 200        /* example keys are cut short, as in the text report */
+
+/* Memory for a table cell: exact bytes, or "-" without --memory. */
+static const char *page_mem(const struct arep *a, char *buf, size_t len, uint64_t n)
+{
+    if (!a->with_memory)
+        return "-";
+    snprintf(buf, len, "%llu", (unsigned long long)n);
+    return buf;
+}
+
+static void page_head(FILE *f, const struct arep *a, int exit_status, uint64_t durable_with_ttl)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "ttlguard audit of %s db %d", a->backend, a->db);
+    html_page_begin(f, buf);
+    html_para(f, NULL, "%s%s%s%s%s%s, config %s", a->role[0] ? a->role : "unknown role",
+              a->redis_version[0] ? ", redis " : "", a->redis_version,
+              a->match ? ", match '" : "", a->match ? a->match : "", a->match ? "'" : "",
+              a->config_path ? a->config_path : "(built-in)");
+    double secs = (double)a->elapsed_ms / 1000.0;
+    uint64_t total = a->seen + a->expired_during;
+    html_para(f, a->interrupted ? "warn" : NULL, "%s %llu keys in %.2f s (%.0f keys/s)",
+              a->interrupted ? "INTERRUPTED: partial report after" : "audited",
+              (unsigned long long)total, secs, secs > 0 ? (double)total / secs : 0.0);
+    result_line(buf, sizeof buf, a, durable_with_ttl, exit_status);
+    html_para(f, arep_leaked(a) || durable_with_ttl ? "warn" : NULL, "%s", buf);
+}
+
+static void page_groups(FILE *f, const struct arep *a, const struct arep_tally *groups)
+{
+    static const char *const head[4 + AREP_TTL_BUCKETS] = {
+        "group", "keys", "memory (bytes)", "<1m", "1m-1h", "1h-1d", "1d-7d", "7d-30d", ">30d", "types"
+    };
+    struct html_bar bars[AREP_GROUPS];
+    struct html_table t;
+    char mem[32], types[512];
+
+    html_section(f, "Groups");
+    html_table_begin(&t, f, "lrrrrrrrrl", head);
+    for (int g = 0; g < AREP_GROUPS; g++) {
+        html_cell(&t, "%s", group_names[g].text);
+        html_cell(&t, "%llu", (unsigned long long)groups[g].keys);
+        html_cell(&t, "%s", page_mem(a, mem, sizeof mem, groups[g].memory));
+        for (int b = 0; b < AREP_TTL_BUCKETS; b++)
+            html_cell(&t, "%llu", (unsigned long long)groups[g].ttl[b]);
+        types_text(&groups[g], types, sizeof types);
+        html_cell(&t, "%s", types);
+        bars[g] = (struct html_bar){ group_names[g].text, groups[g].keys, NULL };
+    }
+    html_table_end(&t);
+    html_bar_chart(f, "Keys by group", bars, AREP_GROUPS, 0);
+}
+
+/* Leaked keys (and their memory) per rule that wants a TTL. */
+static void page_leaked_by_rule(FILE *f, const struct arep *a)
+{
+    struct html_bar *keys = xcalloc(a->nrules, sizeof *keys);
+    struct html_bar *mem = xcalloc(a->nrules, sizeof *mem);
+    char (*memtext)[32] = xcalloc(a->nrules, sizeof *memtext);
+    size_t n = 0;
+    for (size_t i = 0; i < a->nrules; i++) {
+        const struct arep_rule_stats *rs = &a->rules[i];
+        if (!rule_wants_ttl(rs->rule) || rs->no_ttl.keys == 0)
+            continue;
+        keys[n] = (struct html_bar){ rs->rule->label, rs->no_ttl.keys, NULL };
+        mem[n] = (struct html_bar){ rs->rule->label, rs->no_ttl.memory,
+                                    fmt_bytes(memtext[n], sizeof memtext[n], rs->no_ttl.memory) };
+        n++;
+    }
+    html_bar_chart(f, "Leaked keys by rule", keys, n, 2);
+    if (a->with_memory)
+        html_bar_chart(f, "Leaked memory by rule", mem, n, 1);
+    free(keys);
+    free(mem);
+    free(memtext);
+}
+
+static void page_pattern_table(FILE *f, const struct arep *a, struct arep_pattern **v, size_t n)
+{
+    static const char *const head[] = { "keys", "memory (bytes)", "rule", "pattern", "example" };
+    struct html_table t;
+    char mem[32], ex[HTML_KEY_CUT];
+    html_table_begin(&t, f, "rrlll", head);
+    for (size_t i = 0; i < n; i++) {
+        html_cell(&t, "%llu", (unsigned long long)v[i]->keys);
+        html_cell(&t, "%s", page_mem(a, mem, sizeof mem, v[i]->memory));
+        html_cell(&t, "%s", v[i]->rule->label);
+        html_cell(&t, "%s", v[i]->text);
+        escape_key(v[i]->ex.key, v[i]->ex.len, ex, sizeof ex);
+        html_cell(&t, "%s", ex);
+    }
+    html_table_end(&t);
+}
+
+/* One pattern table (0 leaked, 1 unregistered): bars of keys and of memory, the table. */
+static void page_patterns(FILE *f, const struct arep *a, int which, const char *what, size_t color)
+{
+    const struct arep_patterns *ps = &a->patterns[which];
+    struct arep_pattern **v = patterns_sorted(a, ps);
+    size_t shown = ps->n < (size_t)a->top ? ps->n : (size_t)a->top;
+    struct html_bar *keys = xcalloc(shown + 1, sizeof *keys);
+    struct html_bar *mem = xcalloc(shown + 1, sizeof *mem);
+    char (*memtext)[32] = xcalloc(shown + 1, sizeof *memtext);
+    char title[128];
+    uint64_t rest_keys = ps->other_keys;
+
+    for (size_t i = 0; i < shown; i++) {
+        keys[i] = (struct html_bar){ v[i]->text, v[i]->keys, NULL };
+        mem[i] = (struct html_bar){ v[i]->text, v[i]->memory,
+                                    fmt_bytes(memtext[i], sizeof memtext[i], v[i]->memory) };
+    }
+    snprintf(title, sizeof title, "%s keys by pattern", what);
+    html_bar_chart(f, title, keys, shown, color);
+    if (a->with_memory && shown > 0) {
+        snprintf(title, sizeof title, "%s memory by pattern", what);
+        html_bar_chart(f, title, mem, shown, 1);
+    }
+    if (shown > 0)
+        page_pattern_table(f, a, v, shown);
+    for (size_t i = shown; i < ps->n; i++)
+        rest_keys += v[i]->keys;
+    if (rest_keys > 0)
+        html_para(f, "note", "... and %llu more keys in %llu more patterns%s",
+                  (unsigned long long)rest_keys, (unsigned long long)(ps->n - shown),
+                  ps->other_keys ? " (and some not folded: too many distinct patterns)" : "");
+    free(keys);
+    free(mem);
+    free(memtext);
+    free(v);
+}
+
+static void page_ttls(FILE *f, const struct arep_tally *groups)
+{
+    struct html_bar bars[AREP_TTL_BUCKETS];
+    html_section(f, "TTL distribution (remaining TTL of the keys that have one)");
+    for (int b = 0; b < AREP_TTL_BUCKETS; b++) {
+        uint64_t n = 0;
+        for (int g = 0; g < AREP_GROUPS; g++)
+            n += groups[g].ttl[b];
+        bars[b] = (struct html_bar){ ttl_bucket_names[b], n, NULL };
+    }
+    html_bar_chart(f, "Keys by remaining TTL", bars, AREP_TTL_BUCKETS, 4);
+}
+
+static void page_rules(FILE *f, const struct arep *a)
+{
+    static const char *const head[] = { "rule", "action", "rule ttl", "keys", "no ttl", "with ttl",
+                                        "memory (bytes)", "problem keys", "example" };
+    struct html_table t;
+    char mem[32], ex[HTML_KEY_CUT];
+    html_section(f, "Rules");
+    html_table_begin(&t, f, "lllrrrrll", head);
+    for (size_t i = 0; i < a->nrules; i++) {
+        const struct arep_rule_stats *rs = &a->rules[i];
+        const struct rule *r = rs->rule;
+        const struct arep_tally *p = rule_problem(rs);
+        html_cell(&t, "%s", r->label);
+        html_cell(&t, "%s", r->kind == RULE_DURABLE ? "durable" : rule_action_name(r->action));
+        if (r->ttl > 0)
+            html_cell(&t, "%llds", r->ttl);
+        else
+            html_cell(&t, "-");
+        html_cell(&t, "%llu", (unsigned long long)(rs->no_ttl.keys + rs->with_ttl.keys));
+        html_cell(&t, "%llu", (unsigned long long)rs->no_ttl.keys);
+        html_cell(&t, "%llu", (unsigned long long)rs->with_ttl.keys);
+        html_cell(&t, "%s", page_mem(a, mem, sizeof mem, rs->no_ttl.memory + rs->with_ttl.memory));
+        html_cell(&t, "%llu %s", (unsigned long long)p->keys, r->kind == RULE_DURABLE
+                  ? "with a TTL" : rule_wants_ttl(r) ? "leaked" : "unregistered");
+        if (p->nex > 0)
+            escape_key(p->ex[0].key, p->ex[0].len, ex, sizeof ex);
+        else
+            ex[0] = '\0';
+        html_cell(&t, "%s", ex);
+    }
+    html_table_end(&t);
+}
+
+/* The durable rules of the config: who owns the data, why it lives without
+ * a TTL, how to rebuild it, and what the audit found under it. */
+static void page_registry(FILE *f, const struct arep *a)
+{
+    static const char *const head[] = { "prefix", "owner", "reason", "rebuild",
+                                        "registered keys", "with a TTL (!)" };
+    struct html_table t;
+    char prefix[HTML_KEY_CUT];
+    int any = 0;
+    html_section(f, "Durable registry");
+    for (size_t i = 0; i < a->nrules; i++) {
+        const struct arep_rule_stats *rs = &a->rules[i];
+        const struct rule *r = rs->rule;
+        if (r->kind != RULE_DURABLE)
+            continue;
+        if (!any++)
+            html_table_begin(&t, f, "llllrr", head);
+        escape_key(r->prefix, r->prefix_len, prefix, sizeof prefix);
+        html_cell(&t, "\"%s\"", prefix);
+        html_cell(&t, "%s", r->owner ? r->owner : "");
+        html_cell(&t, "%s", r->reason ? r->reason : "");
+        html_cell(&t, "%s", r->rebuild ? r->rebuild : "");
+        html_cell(&t, "%llu", (unsigned long long)rs->no_ttl.keys);
+        html_cell(&t, "%llu", (unsigned long long)rs->with_ttl.keys);
+    }
+    if (any)
+        html_table_end(&t);
+    else
+        html_para(f, "empty", "(no durable rules in the config)");
+}
+
+/* --cluster: a table and bars of each node's share. */
+static void page_nodes(FILE *f, const struct arep *a)
+{
+    static const char *const head[] = { "node", "role", "keys", "leaked" };
+    struct html_table t;
+    if (a->nnodes == 0)
+        return;
+    struct html_bar *bars = xcalloc(a->nnodes, sizeof *bars);
+    html_section(f, "Nodes");
+    html_table_begin(&t, f, "llrr", head);
+    for (size_t i = 0; i < a->nnodes; i++) {
+        const struct arep_node *n = &a->nodes[i];
+        html_cell(&t, "%s", n->name);
+        html_cell(&t, "%s", n->role);
+        html_cell(&t, "%llu", (unsigned long long)n->keys);
+        html_cell(&t, "%llu", (unsigned long long)n->leaked);
+        bars[i] = (struct html_bar){ n->name, n->leaked, NULL };
+    }
+    html_table_end(&t);
+    html_bar_chart(f, "Leaked keys by node", bars, a->nnodes, 2);
+    free(bars);
+}
+
+static void page_keyspace(FILE *f, const struct arep *a)
+{
+    static const char *const head[] = { "", "keys", "with ttl" };
+    struct html_table t;
+    uint64_t with_ttl = 0;
+    for (size_t i = 0; i < a->nrules; i++)
+        with_ttl += a->rules[i].with_ttl.keys;
+    html_section(f, "Keyspace: INFO next to what the scan saw");
+    html_table_begin(&t, f, "lrr", head);
+    for (int i = 0; i < 2; i++) {
+        if (a->info_keys[i] < 0)
+            continue;
+        html_cell(&t, "INFO at %s", i == 0 ? "start" : "end");
+        html_cell(&t, "%lld", a->info_keys[i]);
+        html_cell(&t, "%lld", a->info_expires[i]);
+    }
+    html_cell(&t, "seen alive by the scan");
+    html_cell(&t, "%llu", (unsigned long long)a->seen);
+    html_cell(&t, "%llu", (unsigned long long)with_ttl);
+    html_cell(&t, "expired during the scan");
+    html_cell(&t, "%llu", (unsigned long long)a->expired_during);
+    html_cell(&t, "-");
+    html_cell(&t, "returned twice by SCAN (counted once)");
+    html_cell(&t, "%llu", (unsigned long long)a->duplicates);
+    html_cell(&t, "-");
+    html_table_end(&t);
+}
+
+static void page_fix(FILE *f, const struct arep *a)
+{
+    if (a->fix == AREP_FIX_OFF)
+        return;
+    html_section(f, "Fix (EXPIRE key <rule ttl> NX)");
+    if (a->fix == AREP_FIX_DRY_RUN)
+        html_para(f, NULL, "dry run: would give %llu leaked keys their rule's TTL",
+                  (unsigned long long)a->fix_candidates);
+    else
+        html_para(f, NULL, "gave %llu keys their rule's TTL; %llu left alone; %llu errors%s%s",
+                  (unsigned long long)a->fixed, (unsigned long long)a->fix_skipped,
+                  (unsigned long long)a->fix_errors, a->fix_errors ? ", first: " : "", a->fix_error);
+    if (a->fix_no_ttl)
+        html_para(f, NULL, "%llu leaked keys are under rules without a ttl: nothing to give them",
+                  (unsigned long long)a->fix_no_ttl);
+}
+
+void arep_print_html(FILE *f, const struct arep *a, int exit_status)
+{
+    struct arep_tally groups[AREP_GROUPS];
+    for (int g = 0; g < AREP_GROUPS; g++)
+        group_tally(a, (enum arep_group)g, &groups[g]);
+
+    page_head(f, a, exit_status, groups[AREP_REGISTERED_TTL].keys);
+    page_groups(f, a, groups);
+    page_nodes(f, a);
+    html_section(f, "Leaked keys: their rule wants a TTL (fix the writer, then --fix)");
+    page_leaked_by_rule(f, a);
+    page_patterns(f, a, 0, "Leaked", 2);
+    if (!a->with_memory)
+        html_para(f, "note", "Memory: run with --memory to chart it.");
+    html_section(f, "Unregistered persistent keys: give them a TTL, or register them as durable");
+    page_patterns(f, a, 1, "Unregistered", 6);
+    page_ttls(f, groups);
+    page_registry(f, a);
+    page_rules(f, a);
+    page_keyspace(f, a);
+    page_fix(f, a);
+    html_page_end(f);
 }

@@ -156,5 +156,15 @@ uint64_t arep_leaked(const struct arep *a);
 
 void arep_print_text(FILE *f, const struct arep *a, int exit_status);
 void arep_print_json(FILE *f, const struct arep *a, int exit_status);
+/* --html: one self-contained page (html.h) with the same numbers as the
+ * text report, charts of leaked keys and memory by pattern and by rule, the
+ * TTL distribution, the nodes of a cluster audit and the durable registry
+ * with its owners. */
+void arep_print_html(FILE *f, const struct arep *a, int exit_status);
+
+/* Fold a key into its pattern (docs/audit.md, Patterns) in display form,
+ * at most cap - 1 bytes plus a NUL (cap >= 8); returns its length. Also
+ * used by `ttlguard report --html` for the keys of an event log. */
+size_t arep_fold(const char *key, size_t len, char *out, size_t cap);
 
 #endif

@@ -128,7 +128,9 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
             *pp = m->next;
             break;
         }
-    log_warn("shared backend connection (db %d, RESP%d): %s", m->db, m->resp3 ? 3 : 2, why);
+    /* Redis going away is worth a warning; our own shutdown or reload is not. */
+    log_write(lost || !was_ready ? LOG_WARN : LOG_INFO, "shared backend connection to %s "
+              "(db %d, RESP%d): %s", m->be.t->name, m->db, m->resp3 ? 3 : 2, why);
     for (uint32_t i = 0; i < m->flen; i++) {
         struct fifo_entry *e = &m->fifo[(m->fhead + i) % m->fcap];
         if (e->kind == FE_SESSION)

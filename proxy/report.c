@@ -14,14 +14,23 @@
  * is "count" occurrences. Keys are tallied by the lines that name them (a
  * folded line names only its last key), so "top keys" ranks the keys seen
  * most, not exact per-key counts.
+ *
+ * --html FILE also writes the summary as one page with charts (html.h):
+ * for the chart of violations over time every violation line is kept as a
+ * point (time, (rule, action), count), a folded line counting at the time
+ * it was written, the end of its window.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "audit_report.h"
 #include "events.h"
+#include "html.h"
 #include "report.h"
 
 #define FIELDS_MAX  48
@@ -346,6 +355,7 @@ struct tally_entry {
     char *mem;
     uint64_t n;
     uint64_t hash;
+    size_t tag;                         /* for the caller: a series number (--html) */
 };
 
 struct tally {
@@ -373,8 +383,9 @@ static int entry_is(const struct tally_entry *e, const struct slice *parts, uint
     return 1;
 }
 
-static void tally_add(struct tally *t, struct slice a, struct slice b, struct slice c,
-                      struct slice d, uint64_t n)
+/* Count n under (a, b, c, d); returns the entry (it stays where it is). */
+static struct tally_entry *tally_add(struct tally *t, struct slice a, struct slice b,
+                                     struct slice c, struct slice d, uint64_t n)
 {
     struct slice parts[TALLY_FIELDS] = { a, b, c, d };
     uint64_t h = 0xcbf29ce484222325ULL;
@@ -386,7 +397,7 @@ static void tally_add(struct tally *t, struct slice a, struct slice b, struct sl
         for (size_t i = h & (t->cap - 1); t->slots[i] != NULL; i = (i + 1) & (t->cap - 1)) {
             if (entry_is(t->slots[i], parts, h)) {
                 t->slots[i]->n += n;
-                return;
+                return t->slots[i];
             }
         }
     }
@@ -425,6 +436,7 @@ static void tally_add(struct tally *t, struct slice a, struct slice b, struct sl
         i = (i + 1) & (t->cap - 1);
     t->slots[i] = e;
     t->n++;
+    return e;
 }
 
 static int slice_cmp(struct slice a, struct slice b)
@@ -481,6 +493,13 @@ struct reg {
     long long ttl, max_ttl;
 };
 
+/* A violation line, for the chart over time (--html only). */
+struct vpoint {
+    int64_t ms;                 /* its ts, ms since the epoch */
+    struct tally_entry *series; /* its (rule, action) in by_rule_action */
+    uint64_t n;
+};
+
 struct report {
     uint64_t lines, events, skipped;
     char first_ts[32], last_ts[32];
@@ -488,6 +507,7 @@ struct report {
     size_t nregs;
     struct tally violations;    /* rule, command, effect, action */
     struct tally by_rule;       /* rule */
+    struct tally by_rule_action;    /* rule, action: the series over time */
     struct tally durable;       /* event, rule, command */
     struct tally keys;          /* key or "#hash_id:hash", rule */
     struct tally unverified;    /* command, detail */
@@ -496,6 +516,10 @@ struct report {
     struct tally server;        /* "server version", level, message: not ok */
     uint64_t total_violations, reloads, starts;
     char hash_id[32];           /* of the log_opened seen last in the current file */
+    int keep_points;            /* --html: keep every violation line's time */
+    struct vpoint *points;
+    size_t npoints, cap_points;
+    uint64_t untimed;           /* violations on lines without a readable ts: not in the chart */
 };
 
 static void set_buf(struct evbuf *b, struct slice s)
@@ -542,6 +566,49 @@ static struct slice lit(const char *s)
 
 static const struct slice none = { "", 0 };
 
+/* An event's ts, "2026-11-30T06:00:00.123Z", in ms since the epoch. */
+static int parse_ts(struct slice ts, int64_t *ms)
+{
+    char buf[40];
+    int y, mo, d, h, mi, sec, n = 0;
+    if (ts.len == 0 || ts.len >= sizeof buf)
+        return -1;
+    memcpy(buf, ts.p, ts.len);
+    buf[ts.len] = '\0';
+    if (sscanf(buf, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
+        return -1;
+    const char *p = buf + n;
+    int64_t frac = 0;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; isdigit((unsigned char)*p); p++, digits++)
+            if (digits < 3)
+                frac = frac * 10 + (*p - '0');
+        for (; digits < 3; digits++)
+            frac *= 10;
+    }
+    if (strcmp(p, "Z") != 0)
+        return -1;
+    struct tm tm = { .tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d,
+                     .tm_hour = h, .tm_min = mi, .tm_sec = sec };
+    *ms = (int64_t)timegm(&tm) * 1000 + frac;
+    return 0;
+}
+
+static void keep_point(struct report *r, struct slice ts, struct tally_entry *series, uint64_t n)
+{
+    int64_t ms;
+    if (parse_ts(ts, &ms) != 0) {
+        r->untimed += n;
+        return;
+    }
+    if (r->npoints == r->cap_points) {
+        r->cap_points = r->cap_points ? r->cap_points * 2 : 256;
+        r->points = xrealloc(r->points, r->cap_points * sizeof *r->points);
+    }
+    r->points[r->npoints++] = (struct vpoint){ ms, series, n };
+}
+
 /* Count the keys an event names. */
 static void count_keys(struct report *r, const struct jobj *o, struct slice rule)
 {
@@ -581,6 +648,9 @@ static void event(struct report *r, const struct jobj *o)
         struct slice rule = str(o, "rule");
         tally_add(&r->violations, rule, str(o, "command"), str(o, "effect"), str(o, "action"), n);
         tally_add(&r->by_rule, rule, none, none, none, n);
+        struct tally_entry *ra = tally_add(&r->by_rule_action, rule, str(o, "action"), none, none, n);
+        if (r->keep_points)
+            keep_point(r, ts, ra, n);
         r->total_violations += n;
         count_keys(r, o, rule);
     } else if (slice_eq_nocase(ev, "durable_write") || slice_eq_nocase(ev, "ttl_on_durable")) {
@@ -606,29 +676,37 @@ static void event(struct report *r, const struct jobj *o)
     }
 }
 
-/* Bytes for a terminal: valid UTF-8 as is, \xHH for the rest and for
- * control bytes, \\ for a backslash. */
-static void show(struct slice s)
+/* Bytes in printable form, appended to b: valid UTF-8 as is, \xHH for the
+ * rest and for control bytes, \\ for a backslash. */
+static void printable(struct evbuf *b, struct slice s)
 {
     const unsigned char *p = (const unsigned char *)s.p;
+    char hex[5];
     for (size_t i = 0; i < s.len; i++) {
         unsigned c = p[i];
         if (c == '\\') {
-            fputs("\\\\", stdout);
+            evbuf_add(b, "\\\\", 2);
         } else if (c >= 0x20 && c < 0x7f) {
-            putchar((int)c);
-        } else if (c >= 0x80) {
+            evbuf_add(b, p + i, 1);
+        } else if (c >= 0x80 && events_utf8_len(p + i, s.len - i) > 0) {
             size_t n = events_utf8_len(p + i, s.len - i);
-            if (n > 0) {
-                fwrite(p + i, 1, n, stdout);
-                i += n - 1;
-            } else {
-                printf("\\x%02x", c);
-            }
+            evbuf_add(b, p + i, n);
+            i += n - 1;
         } else {
-            printf("\\x%02x", c);
+            snprintf(hex, sizeof hex, "\\x%02x", c);
+            evbuf_add(b, hex, 4);
         }
     }
+}
+
+/* The same for a terminal. */
+static void show(struct slice s)
+{
+    struct evbuf b = { 0 };
+    printable(&b, s);
+    if (b.len > 0)
+        fwrite(b.p, 1, b.len, stdout);
+    free(b.p);
 }
 
 static void show_str(const struct evbuf *b)
@@ -805,6 +883,317 @@ static void print_report(struct report *r, int nfiles, size_t top)
     }
 }
 
+/* ---- --html --------------------------------------------------------------- */
+
+#define PAGE_SERIES 8           /* (rule, action) series over time; the rest is "other" */
+#define PAGE_BUCKETS 48         /* time buckets at most */
+
+static struct slice buf_slice(const struct evbuf *b)
+{
+    return (struct slice){ b->p ? b->p : "", b->len };
+}
+
+/* A fresh NUL-terminated copy of s in printable form (see printable()),
+ * between pre and post. */
+static char *printable_dup(const char *pre, struct slice s, const char *post)
+{
+    struct evbuf b = { 0 };
+    evbuf_adds(&b, pre);
+    printable(&b, s);
+    evbuf_adds(&b, post);
+    evbuf_add(&b, "", 1);
+    return b.p;
+}
+
+/* A table cell with s in printable form, between pre and post. */
+static void cell_bytes(struct html_table *t, const char *pre, struct slice s, const char *post)
+{
+    char *text = printable_dup(pre, s, post);
+    html_cell(t, "%s", text);
+    free(text);
+}
+
+/* Sum of the counts whose part `part` is `value` (NULL: all). */
+static uint64_t tally_sum(const struct tally *t, int part, const char *value)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < t->cap; i++) {
+        const struct tally_entry *e = t->slots[i];
+        if (e != NULL && (value == NULL || (e->part[part].len == strlen(value) &&
+                                            memcmp(e->part[part].p, value, e->part[part].len) == 0)))
+            n += e->n;
+    }
+    return n;
+}
+
+static void page_totals(FILE *f, const struct report *r, int nfiles)
+{
+    static const char *const head[] = { "", "count" };
+    struct html_table t;
+    html_para(f, NULL, "%d file%s, %llu events%s%s%s%s", nfiles, nfiles == 1 ? "" : "s",
+              (unsigned long long)r->events, r->first_ts[0] ? " from " : "", r->first_ts,
+              r->first_ts[0] ? " to " : "", r->last_ts);
+    html_table_begin(&t, f, "lr", head);
+    html_cell(&t, "violations");
+    html_cell(&t, "%llu", (unsigned long long)r->total_violations);
+    html_cell(&t, "writes to durable keys");
+    html_cell(&t, "%llu", (unsigned long long)tally_sum(&r->durable, 0, "durable_write"));
+    html_cell(&t, "TTLs put on durable keys");
+    html_cell(&t, "%llu", (unsigned long long)tally_sum(&r->durable, 0, "ttl_on_durable"));
+    html_cell(&t, "unverified commands");
+    html_cell(&t, "%llu", (unsigned long long)tally_sum(&r->unverified, 0, NULL));
+    html_cell(&t, "starts or reopens");
+    html_cell(&t, "%llu", (unsigned long long)r->starts);
+    html_cell(&t, "reloads");
+    html_cell(&t, "%llu", (unsigned long long)r->reloads);
+    html_cell(&t, "configs rejected");
+    html_cell(&t, "%llu", (unsigned long long)tally_sum(&r->rejected, 0, NULL));
+    html_cell(&t, "events");
+    html_cell(&t, "%llu", (unsigned long long)r->events);
+    html_cell(&t, "lines skipped (not events)");
+    html_cell(&t, "%llu", (unsigned long long)r->skipped);
+    html_table_end(&t);
+}
+
+static int is_durable(const struct reg *g)
+{
+    return g->kind.len == 7 && memcmp(g->kind.p, "durable", 7) == 0;
+}
+
+/* The durable registry with its owners, then the ttl rules. */
+static void page_rules(FILE *f, const struct report *r)
+{
+    static const char *const dhead[] = { "prefix", "owner", "reason", "rebuild" };
+    static const char *const thead[] = { "rule", "action", "ttl (s)", "max_ttl (s)", "refresh" };
+    struct html_table t;
+    size_t nd = 0;
+    for (size_t i = 0; i < r->nregs; i++)
+        nd += is_durable(&r->regs[i]);
+
+    html_section(f, "Durable registry (accepted data without a TTL)");
+    if (nd == 0)
+        html_para(f, "empty", "(none registered)");
+    else
+        html_table_begin(&t, f, "llll", dhead);
+    for (size_t i = 0; i < r->nregs && nd > 0; i++) {
+        const struct reg *g = &r->regs[i];
+        if (!is_durable(g))
+            continue;
+        cell_bytes(&t, "\"", buf_slice(&g->prefix), "\"");
+        cell_bytes(&t, "", buf_slice(&g->owner), "");
+        cell_bytes(&t, "", buf_slice(&g->reason), "");
+        cell_bytes(&t, "", buf_slice(&g->rebuild), "");
+    }
+    if (nd > 0)
+        html_table_end(&t);
+
+    html_section(f, "TTL rules");
+    if (nd == r->nregs) {
+        html_para(f, "empty", "(none registered)");
+        return;
+    }
+    html_table_begin(&t, f, "llrrl", thead);
+    for (size_t i = 0; i < r->nregs; i++) {
+        const struct reg *g = &r->regs[i];
+        if (is_durable(g))
+            continue;
+        cell_bytes(&t, "", buf_slice(&g->label), "");
+        cell_bytes(&t, "", buf_slice(&g->action), "");
+        html_cell(&t, "%lld", g->ttl);
+        html_cell(&t, "%lld", g->max_ttl);
+        cell_bytes(&t, "", buf_slice(&g->refresh), "");
+    }
+    html_table_end(&t);
+}
+
+/* The (rule, action) series: the largest PAGE_SERIES, then "other". Tags
+ * each entry of by_rule_action with its series; returns how many. */
+static size_t series_names(struct report *r, char **names)
+{
+    struct tally_entry **v = tally_sorted(&r->by_rule_action);
+    size_t n = r->by_rule_action.n;
+    for (size_t i = 0; i < n; i++) {
+        v[i]->tag = i < PAGE_SERIES ? i : PAGE_SERIES;
+        if (i < PAGE_SERIES) {
+            struct evbuf b = { 0 };
+            printable(&b, v[i]->part[0]);
+            evbuf_adds(&b, " \xc2\xb7 ");       /* U+00B7 */
+            printable(&b, v[i]->part[1]);
+            evbuf_add(&b, "", 1);
+            names[i] = b.p;
+        }
+    }
+    free(v);
+    if (n <= PAGE_SERIES)
+        return n;
+    names[PAGE_SERIES] = xstrdup("other");
+    return PAGE_SERIES + 1;
+}
+
+static void page_over_time(FILE *f, struct report *r)
+{
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (size_t i = 0; i < r->npoints; i++) {
+        first = r->points[i].ms < first ? r->points[i].ms : first;
+        last = r->points[i].ms > last ? r->points[i].ms : last;
+    }
+    struct html_timeline tl = { 0, 1000, 0 };
+    if (r->npoints > 0)
+        html_timeline_for(&tl, first, last, PAGE_BUCKETS);
+
+    char *names[PAGE_SERIES + 1] = { 0 };
+    struct html_series s[PAGE_SERIES + 1];
+    size_t ns = series_names(r, names);
+    uint64_t *vals = xcalloc(ns * tl.nbuckets + 1, sizeof *vals);
+    for (size_t i = 0; i < r->npoints; i++) {
+        const struct vpoint *p = &r->points[i];
+        vals[p->series->tag * tl.nbuckets + (size_t)((p->ms - tl.start_ms) / tl.step_ms)] += p->n;
+    }
+    for (size_t i = 0; i < ns; i++)
+        s[i] = (struct html_series){ names[i], vals + i * tl.nbuckets };
+    html_stacked_chart(f, "Violations over time, by rule and action", &tl, s, ns);
+    if (r->untimed)
+        html_para(f, "note", "%llu violations on lines without a readable ts are not in the chart",
+                  (unsigned long long)r->untimed);
+    free(vals);
+    for (size_t i = 0; i < ns; i++)
+        free(names[i]);
+}
+
+/* Bars of the top entries of a tally, labelled by part[0] in printable form
+ * (shown: part[0] is already, as a folded pattern is). */
+static void page_bars(FILE *f, const char *title, const struct tally *t, size_t top, size_t color,
+                      int shown)
+{
+    struct tally_entry **v = tally_sorted(t);
+    size_t n = t->n < top ? t->n : top;
+    struct html_bar *bars = xcalloc(n + 1, sizeof *bars);
+    for (size_t i = 0; i < n; i++)
+        bars[i] = (struct html_bar){ shown ? xmemdup(v[i]->part[0].p, v[i]->part[0].len)
+                                           : printable_dup("", v[i]->part[0], ""), v[i]->n, NULL };
+    html_bar_chart(f, title, bars, n, color);
+    for (size_t i = 0; i < n; i++)
+        free((char *)bars[i].label);
+    free(bars);
+    free(v);
+}
+
+static void page_violations(FILE *f, struct report *r)
+{
+    static const char *const head[] = { "count", "rule", "command", "effect", "action" };
+    struct html_table t;
+    html_section(f, "Violations");
+    html_para(f, NULL, "%llu violations", (unsigned long long)r->total_violations);
+    page_over_time(f, r);
+    page_bars(f, "Violations by rule", &r->by_rule, r->by_rule.n, 2, 0);
+    if (r->violations.n == 0)
+        return;
+    struct tally_entry **v = tally_sorted(&r->violations);
+    html_table_begin(&t, f, "rllll", head);
+    for (size_t i = 0; i < r->violations.n; i++) {
+        html_cell(&t, "%llu", (unsigned long long)v[i]->n);
+        for (int p = 0; p < 4; p++)
+            cell_bytes(&t, "", v[i]->part[p], "");
+    }
+    html_table_end(&t);
+    free(v);
+}
+
+/* Keys named by violation lines folded into patterns as the audit folds
+ * them: part[0] the pattern, part[1] the rule. Hashed keys cannot fold. */
+static void fold_keys(const struct report *r, struct tally *out)
+{
+    char text[256];
+    for (size_t i = 0; i < r->keys.cap; i++) {
+        const struct tally_entry *e = r->keys.slots[i];
+        if (e == NULL || e->part[1].len != 3)      /* "hash" */
+            continue;
+        size_t len = arep_fold(e->part[0].p, e->part[0].len, text, sizeof text);
+        tally_add(out, (struct slice){ text, len }, e->part[2], none, none, e->n);
+    }
+}
+
+static void page_keys(FILE *f, const struct report *r, size_t top)
+{
+    static const char *const head[] = { "lines", "key", "rule" };
+    struct html_table t;
+    struct tally patterns = { 0 };
+    html_section(f, "Keys (by the violation lines naming them)");
+    if (r->keys.n == 0) {
+        html_para(f, "empty", "(none: no violations, or log_keys = prefix)");
+        return;
+    }
+    fold_keys(r, &patterns);
+    page_bars(f, "Top key patterns (folded as the audit folds them)", &patterns, top, 0, 1);
+    tally_free(&patterns);
+
+    struct tally_entry **v = tally_sorted(&r->keys);
+    size_t n = r->keys.n < top ? r->keys.n : top;
+    struct html_bar *bars = xcalloc(n + 1, sizeof *bars);
+    for (size_t i = 0; i < n; i++) {
+        int hashed = v[i]->part[1].len != 3;
+        bars[i] = (struct html_bar){ printable_dup(hashed ? "hash " : "\"", v[i]->part[0],
+                                                   hashed ? "" : "\""), v[i]->n, NULL };
+    }
+    html_bar_chart(f, "Top keys", bars, n, 3);
+    html_table_begin(&t, f, "rll", head);
+    for (size_t i = 0; i < n; i++) {
+        html_cell(&t, "%llu", (unsigned long long)v[i]->n);
+        html_cell(&t, "%s", bars[i].label);
+        cell_bytes(&t, "", v[i]->part[2], "");
+    }
+    html_table_end(&t);
+    for (size_t i = 0; i < n; i++)
+        free((char *)bars[i].label);
+    free(bars);
+    free(v);
+}
+
+/* A table of a tally: the count, then parts [0, nparts) in printable form. */
+static void page_tally(FILE *f, const char *title, const struct tally *tl, const char *align,
+                       const char *const *head)
+{
+    struct html_table t;
+    html_section(f, title);
+    if (tl->n == 0) {
+        html_para(f, "empty", "(none)");
+        return;
+    }
+    struct tally_entry **v = tally_sorted(tl);
+    html_table_begin(&t, f, align, head);
+    for (size_t i = 0; i < tl->n; i++) {
+        html_cell(&t, "%llu", (unsigned long long)v[i]->n);
+        for (size_t p = 0; p + 1 < t.ncol; p++)
+            cell_bytes(&t, "", v[i]->part[p], "");
+    }
+    html_table_end(&t);
+    free(v);
+}
+
+static void print_html(FILE *f, struct report *r, int nfiles, size_t top)
+{
+    static const char *const dhead[] = { "count", "event", "rule", "command" };
+    static const char *const uhead[] = { "count", "command", "detail" };
+    static const char *const chead[] = { "count", "config", "reason" };
+    static const char *const phead[] = { "count", "level", "message" };
+    static const char *const shead[] = { "count", "server", "version", "level", "message" };
+
+    html_page_begin(f, "ttlguard report");
+    page_totals(f, r, nfiles);
+    page_rules(f, r);
+    page_violations(f, r);
+    page_keys(f, r, top);
+    page_tally(f, "Writes to durable keys (ttl_on_durable: a TTL makes them evictable)",
+               &r->durable, "rlll", dhead);
+    page_tally(f, "Unverified commands (passed, not judged)", &r->unverified, "rll", uhead);
+    page_tally(f, "Rejected configs", &r->rejected, "rll", chead);
+    if (r->policy.n > 0)
+        page_tally(f, "Backend eviction policy", &r->policy, "rll", phead);
+    if (r->server.n > 0)
+        page_tally(f, "Backend server", &r->server, "rllll", shead);
+    html_page_end(f);
+}
+
 static void report_free(struct report *r)
 {
     for (size_t i = 0; i < r->nregs; i++) {
@@ -821,6 +1210,8 @@ static void report_free(struct report *r)
     free(r->regs);
     tally_free(&r->violations);
     tally_free(&r->by_rule);
+    tally_free(&r->by_rule_action);
+    free(r->points);
     tally_free(&r->durable);
     tally_free(&r->keys);
     tally_free(&r->unverified);
@@ -832,26 +1223,32 @@ static void report_free(struct report *r)
 static void usage(FILE *out)
 {
     fprintf(out,
-"Usage: ttlguard report [--top N] FILE...\n"
+"Usage: ttlguard report [--top N] [--html OUT.html] FILE...\n"
 "\n"
 "Summarise ttlguard event logs (events = PATH): durable prefixes and their\n"
 "owners, violations by rule, command, effect and action, the keys seen most,\n"
 "writes to durable keys, unverified commands, reloads. '-' reads stdin.\n"
 "\n"
-"  -n, --top N    how many keys to list (default 10)\n"
-"  -h, --help     show this help\n"
+"  -n, --top N        how many keys (and key patterns) to list (default 10)\n"
+"      --html FILE    also write the summary as one self-contained HTML page with\n"
+"                     charts (no script, no external reference); '-': the page on\n"
+"                     stdout instead of the text\n"
+"  -h, --help         show this help\n"
 "\n"
-"Exit status: 0, or 2 when a file cannot be read (nothing is printed then).\n");
+"Exit status: 0, or 2 when a file cannot be read (nothing is printed then) or the\n"
+"--html page cannot be written.\n");
 }
 
 int report_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         { "top",  required_argument, NULL, 'n' },
+        { "html", required_argument, NULL, 'H' },
         { "help", no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     size_t top = 10;
+    const char *html_path = NULL;
     int c;
     char *end;
 
@@ -864,6 +1261,9 @@ int report_main(int argc, char **argv)
                 fprintf(stderr, "ttlguard report: --top '%s': expected a number\n", optarg);
                 return REPORT_EXIT_ERROR;
             }
+            break;
+        case 'H':
+            html_path = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -892,7 +1292,17 @@ int report_main(int argc, char **argv)
         }
     }
 
-    struct report r = { 0 };
+    /* The page's file too: nothing is written when it cannot be made. */
+    FILE *html = NULL;
+    if (rc == REPORT_EXIT_OK && html_path != NULL) {
+        html = strcmp(html_path, "-") == 0 ? stdout : fopen(html_path, "w");
+        if (html == NULL) {
+            fprintf(stderr, "ttlguard report: --html %s: %s\n", html_path, strerror(errno));
+            rc = REPORT_EXIT_ERROR;
+        }
+    }
+
+    struct report r = { .keep_points = html != NULL };
     struct jobj *o = xcalloc(1, sizeof *o);
     char *line = NULL;
     size_t cap = 0;
@@ -914,8 +1324,18 @@ int report_main(int argc, char **argv)
             rc = REPORT_EXIT_ERROR;
         }
     }
-    if (rc == REPORT_EXIT_OK)
+    if (rc == REPORT_EXIT_OK && html != stdout)
         print_report(&r, nfiles, top);
+    if (rc == REPORT_EXIT_OK && html != NULL)
+        print_html(html, &r, nfiles, top);
+    if (html != NULL && html != stdout) {
+        int bad = ferror(html);
+        if ((fclose(html) != 0 || bad) && rc == REPORT_EXIT_OK) {
+            fprintf(stderr, "ttlguard report: --html %s: cannot write: %s\n", html_path,
+                    strerror(errno ? errno : EIO));
+            rc = REPORT_EXIT_ERROR;
+        }
+    }
 
     for (int i = 0; i < nfiles; i++) {
         if (files[i] != NULL && files[i] != stdin)

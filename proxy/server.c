@@ -346,8 +346,9 @@ static void raise_nofile(int max_clients)
     rlim_t old = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
-        log_warn("open files limit is %llu (hard limit %llu): fewer than max_clients=%d "
-                 "clients can be served; raise it with ulimit -n",
+        log_warn("open files limit is %llu (hard limit %llu): a client takes two (its "
+                 "connection and its backend's), so fewer than max_clients=%d clients can be "
+                 "served; raise it with ulimit -n",
                  (unsigned long long)(rl.rlim_cur > old ? rl.rlim_cur : old),
                  (unsigned long long)rl.rlim_max, max_clients);
 }
