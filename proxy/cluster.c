@@ -14,12 +14,14 @@
 #define REFRESH_MS      5000    /* the topology is read again this often */
 #define REFRESH_SOON_MS 200     /* ...and this soon after a reply named a new node */
 #define TOPOLOGY_MAX    (16 * 1024 * 1024)
+#define WAIT_MAX_MS     1000    /* a session waits this long at most for a topology read */
 
 /* One node of the cluster, as clients reach it through ttlguard. */
 struct cnode {
     struct target t;            /* the node's real address */
     struct listener l;          /* its port on cluster_ports; l.h NULL when none was free */
     char id[41];                /* node id, once the topology said it */
+    char hostname[256];         /* the hostname it announces, if any (redirects may use it) */
     int primary;
     int seen;                   /* in the last topology read */
     int missed;                 /* topology reads in a row that did not show it */
@@ -77,31 +79,60 @@ static void node_listen(struct cnode *c)
               c->t.name);
 }
 
-/* The node at host:port, made (with its listener) when it is new. */
-static struct cnode *node_get(const char *host, size_t hlen, int port)
+/* How a reply names a node: its id where the reply has one, an address
+ * (the ip, else the endpoint) and port, the hostname it announces. */
+struct node_ref {
+    struct slice id, host, hostname;
+    int port;                   /* 0: not given */
+};
+
+static int same(const char *a, struct slice b)
+{
+    return b.len > 0 && strlen(a) == b.len && memcmp(a, b.p, b.len) == 0;
+}
+
+/* The known node r names: by id, else by address (its ip or hostname). */
+static struct cnode *node_find(const struct node_ref *r)
 {
     struct cnode *c;
-    for (c = cl.nodes; c != NULL; c = c->next) {
-        if (c->t.addr.port == port && strlen(c->t.addr.host) == hlen &&
-            memcmp(c->t.addr.host, host, hlen) == 0) {
-            if (c->l.h == NULL && c->missed > 0) {
-                c->missed = 0;      /* it left and is back: a port again */
-                node_listen(c);
-            }
+    for (c = cl.nodes; c != NULL && r->id.len > 0; c = c->next)
+        if (same(c->id, r->id))
             return c;
-        }
+    for (c = cl.nodes; c != NULL && r->port > 0; c = c->next)
+        if (c->t.addr.port == r->port && (same(c->t.addr.host, r->host) ||
+                                          same(c->hostname, r->host)))
+            return c;
+    return NULL;
+}
+
+/* node_find(), or a new node with its listener. Only for what names
+ * cluster nodes with authority: a topology reply of a node, the proxy's own
+ * topology read, the seeds. Never for a redirect: any script can return an
+ * error that looks like one, and a listener for its address would be a relay
+ * to anywhere. */
+static struct cnode *node_learn(const struct node_ref *r)
+{
+    struct cnode *c = node_find(r);
+    if (c == NULL) {
+        struct addr a = { .port = r->port };
+        if (r->host.len == 0 || r->host.len >= sizeof a.host || r->port <= 0 ||
+            (r->host.len == 1 && r->host.p[0] == '?'))
+            return NULL;
+        memcpy(a.host, r->host.p, r->host.len);
+        c = xcalloc(1, sizeof *c);
+        target_set(&c->t, cl.srv, &a, 0);
+        c->next = cl.nodes;
+        cl.nodes = c;
+        node_listen(c);
+        refresh_soon();
+    } else if (c->l.h == NULL && c->missed > 0) {
+        c->missed = 0;          /* it left and is back: a port again */
+        node_listen(c);
     }
-    struct addr a = { .port = port };
-    if (hlen >= sizeof a.host)
-        return NULL;
-    memcpy(a.host, host, hlen);
-    a.host[hlen] = '\0';
-    c = xcalloc(1, sizeof *c);
-    target_set(&c->t, cl.srv, &a, 0);
-    c->next = cl.nodes;
-    cl.nodes = c;
-    node_listen(c);
-    refresh_soon();
+    if (r->id.len > 0 && r->id.len < sizeof c->id && c->id[0] == '\0')
+        snprintf(c->id, sizeof c->id, "%.*s", (int)r->id.len, r->id.p);
+    if (r->hostname.len > 0 && r->hostname.len < sizeof c->hostname)
+        snprintf(c->hostname, sizeof c->hostname, "%.*s", (int)r->hostname.len, r->hostname.p);
     return c;
 }
 
@@ -113,12 +144,6 @@ static int node_port(const struct cnode *c)
 
 /* ---- rewriting ------------------------------------------------------------------ */
 
-static void set_text(struct rv_tree *t, struct rv *v, const char *text)
-{
-    if (v != NULL && v->s != NULL && v->len > 0)
-        rv_set_str(t, v, text, strlen(text));
-}
-
 static void set_port(struct rv_tree *t, struct rv *v, int port)
 {
     char num[16];
@@ -127,14 +152,55 @@ static void set_port(struct rv_tree *t, struct rv *v, int port)
         rv_set_str(t, v, num, (size_t)n);
 }
 
-/* A node entry's address: the node for host (a string) and port (an integer). */
-static struct cnode *node_of(const struct rv *host, const struct rv *port)
+static struct slice text_of(const struct rv *v)
+{
+    if (v == NULL || v->s == NULL || (v->type != '$' && v->type != '+' && v->type != '='))
+        return (struct slice){ "", 0 };
+    return (struct slice){ v->s, v->len };
+}
+
+static int port_of(const struct rv *v)
 {
     long long p;
-    if (host == NULL || port == NULL || host->s == NULL || host->len == 0 || port->type != ':' ||
-        slice_to_ll((struct slice){ port->s, port->len }, &p) != 0 || p <= 0 || p > 65535)
-        return NULL;
-    return node_get(host->s, host->len, (int)p);
+    if (v == NULL || v->type != ':' || slice_to_ll((struct slice){ v->s, v->len }, &p) != 0 ||
+        p <= 0 || p > 65535)
+        return 0;
+    return (int)p;
+}
+
+/* A node entry of CLUSTER SHARDS (a map, or a flat array in RESP2). */
+static struct node_ref shard_node_ref(struct rv *node)
+{
+    struct node_ref r = {
+        .id = text_of(rv_get(node, "id")), .host = text_of(rv_get(node, "ip")),
+        .hostname = text_of(rv_get(node, "hostname")), .port = port_of(rv_get(node, "port")),
+    };
+    if (r.host.len == 0)
+        r.host = text_of(rv_get(node, "endpoint"));
+    return r;
+}
+
+/* A node entry of CLUSTER SLOTS: [endpoint, port, id, {ip, hostname}]. The
+ * endpoint may be the ip, a hostname, "?" or null (unknown-endpoint). */
+static struct node_ref slots_node_ref(struct rv *node)
+{
+    struct rv *meta = node->n >= 4 ? &node->el[3] : NULL;
+    struct node_ref r = {
+        .id = node->n >= 3 ? text_of(&node->el[2]) : (struct slice){ "", 0 },
+        .host = meta != NULL ? text_of(rv_get(meta, "ip")) : (struct slice){ "", 0 },
+        .hostname = meta != NULL ? text_of(rv_get(meta, "hostname")) : (struct slice){ "", 0 },
+        .port = port_of(&node->el[1]),
+    };
+    if (r.host.len == 0)
+        r.host = text_of(&node->el[0]);
+    return r;
+}
+
+/* An address text is shown rewritten unless it says nothing (null, "", "?"). */
+static void set_host(struct rv_tree *t, struct rv *v)
+{
+    if (v != NULL && v->s != NULL && v->len > 0 && !(v->len == 1 && v->s[0] == '?'))
+        rv_set_str(t, v, announce_host(), strlen(announce_host()));
 }
 
 /* Drop key (and its value) from a map or a flat key-value array. */
@@ -149,7 +215,7 @@ static void drop_key(struct rv *m, const char *key)
     }
 }
 
-/* CLUSTER SLOTS: [start, end, [ip, port, id, {hostname...}], ...] per range. */
+/* CLUSTER SLOTS: [start, end, [endpoint, port, id, {ip, hostname}], ...]. */
 static void rewrite_slots(struct rv_tree *t)
 {
     struct rv *root = t->root;
@@ -159,13 +225,14 @@ static void rewrite_slots(struct rv_tree *t)
             struct rv *node = &range->el[j];
             if (node->type != '*' || node->n < 2)
                 continue;
-            struct cnode *c = node_of(&node->el[0], &node->el[1]);
-            if (c == NULL)
-                continue;
-            set_text(t, &node->el[0], announce_host());
+            struct node_ref r = slots_node_ref(node);
+            struct cnode *c = node_learn(&r);
+            set_host(t, &node->el[0]);
             set_port(t, &node->el[1], node_port(c));
-            if (node->n >= 4)
-                set_text(t, rv_get(&node->el[3], "hostname"), announce_host());
+            if (node->n >= 4) {
+                set_host(t, rv_get(&node->el[3], "ip"));
+                set_host(t, rv_get(&node->el[3], "hostname"));
+            }
         }
     }
 }
@@ -179,14 +246,11 @@ static void rewrite_shards(struct rv_tree *t)
         struct rv *nodes = rv_get(&root->el[i], "nodes");
         for (size_t j = 0; nodes != NULL && nodes->type == '*' && j < nodes->n; j++) {
             struct rv *node = &nodes->el[j];
-            struct rv *ip = rv_get(node, "ip"), *endpoint = rv_get(node, "endpoint");
-            struct cnode *c = node_of(ip != NULL && ip->len > 0 ? ip : endpoint,
-                                      rv_get(node, "port"));
-            if (c == NULL)
-                continue;
-            set_text(t, ip, announce_host());
-            set_text(t, endpoint, announce_host());
-            set_text(t, rv_get(node, "hostname"), announce_host());
+            struct node_ref r = shard_node_ref(node);
+            struct cnode *c = node_learn(&r);
+            set_host(t, rv_get(node, "ip"));
+            set_host(t, rv_get(node, "endpoint"));
+            set_host(t, rv_get(node, "hostname"));
             set_port(t, rv_get(node, "port"), node_port(c));
             drop_key(node, "tls-port");     /* the node listeners are plain TCP */
         }
@@ -205,14 +269,20 @@ static void rewrite_nodes_line(struct sbuf *out, const char *p, size_t n)
         if (*q == ':')
             colon = q;
     long long port;
-    if (colon == NULL || colon == addr ||
+    if (colon == NULL ||
         slice_to_ll((struct slice){ colon + 1, (size_t)(at - colon - 1) }, &port) != 0 ||
         port <= 0 || port > 65535) {
-        sbuf_add(out, p, n);        /* no address (a node in handshake): as it is */
+        sbuf_add(out, p, n);        /* no address (":0@0", a node in handshake): as it is */
         return;
     }
-    struct cnode *c = node_get(addr, (size_t)(colon - addr), (int)port);
+    struct node_ref r = {
+        .id = { p, (size_t)(sp - p) }, .host = { addr, (size_t)(colon - addr) },
+        .port = (int)port,
+    };
     const char *comma = memchr(at, ',', (size_t)(end - at));
+    if (comma != NULL && comma + 1 < end)
+        r.hostname = (struct slice){ comma + 1, (size_t)(end - comma - 1) };
+    struct cnode *c = node_learn(&r);
     char mid[400];
     /* The bus port is the node's port + 10000 by default: it would give the
      * real port away, and clients never use it. */
@@ -245,18 +315,24 @@ static void rewrite_nodes_text(struct rv_tree *t, struct rv *v)
     free(out.p);
 }
 
-/* -MOVED <slot> <host>:<port> or -ASK ...: the node's port here instead. */
-static char *rewrite_redirect(const char *p, size_t n, const struct target *from,
-                              size_t *outlen)
+/* A redirect: -MOVED <slot> <host>:<port>, or -ASK. */
+struct redirect {
+    const char *word;           /* "MOVED" or "ASK" */
+    struct slice slot;
+    struct node_ref node;       /* host and port */
+};
+
+static int parse_redirect(const char *p, size_t n, const struct target *from,
+                          struct redirect *rd)
 {
-    const char *word = n > 7 && memcmp(p, "-MOVED ", 7) == 0 ? "MOVED"
-                     : n > 5 && memcmp(p, "-ASK ", 5) == 0 ? "ASK" : NULL;
-    if (word == NULL || n < 2 || p[n - 2] != '\r')
-        return NULL;
-    const char *slot = p + 1 + strlen(word) + 1, *end = p + n - 2;
+    rd->word = n > 7 && memcmp(p, "-MOVED ", 7) == 0 ? "MOVED"
+             : n > 5 && memcmp(p, "-ASK ", 5) == 0 ? "ASK" : NULL;
+    if (rd->word == NULL || n < 2 || p[n - 2] != '\r')
+        return -1;
+    const char *slot = p + 1 + strlen(rd->word) + 1, *end = p + n - 2;
     const char *sp = memchr(slot, ' ', (size_t)(end - slot));
     if (sp == NULL)
-        return NULL;
+        return -1;
     const char *host = sp + 1, *colon = NULL;
     for (const char *q = host; q < end; q++)
         if (*q == ':')
@@ -264,17 +340,36 @@ static char *rewrite_redirect(const char *p, size_t n, const struct target *from
     long long port;
     if (colon == NULL || slice_to_ll((struct slice){ colon + 1, (size_t)(end - colon - 1) },
                                      &port) != 0 || port <= 0 || port > 65535)
-        return NULL;
-    size_t hlen = (size_t)(colon - host);
-    if (hlen == 0) {            /* ":port": the host of the node that answered */
-        host = from->addr.host;
-        hlen = strlen(host);
-    }
-    struct cnode *c = node_get(host, hlen, (int)port);
-    char *out = xmalloc(64 + strlen(announce_host()) + (size_t)(sp - slot));
-    *outlen = (size_t)sprintf(out, "-%s %.*s %s:%d\r\n", word, (int)(sp - slot), slot,
-                              announce_host(), node_port(c));
+        return -1;
+    memset(&rd->node, 0, sizeof rd->node);
+    rd->slot = (struct slice){ slot, (size_t)(sp - slot) };
+    rd->node.host = (struct slice){ host, (size_t)(colon - host) };
+    rd->node.port = (int)port;
+    if (rd->node.host.len == 0)     /* ":port": the host of the node that answered */
+        rd->node.host = (struct slice){ from->addr.host, strlen(from->addr.host) };
+    return 0;
+}
+
+/* The redirect with the node's port here: 0 when the node is not one the
+ * topology lists (never a listener for an address an error names). */
+static char *rewrite_redirect(const struct redirect *rd, size_t *outlen)
+{
+    struct cnode *c = node_find(&rd->node);
+    char *out = xmalloc(64 + strlen(announce_host()) + rd->slot.len);
+    *outlen = (size_t)sprintf(out, "-%s %.*s %s:%d\r\n", rd->word, (int)rd->slot.len,
+                              rd->slot.p, announce_host(), node_port(c));
     return out;
+}
+
+int cluster_redirect_known(const char *p, size_t n, const struct target *from)
+{
+    struct redirect rd;
+    if (parse_redirect(p, n, from, &rd) < 0 || node_find(&rd.node) != NULL)
+        return 1;
+    log_info("cluster: a redirect names %.*s:%d, a node the topology does not list (yet): "
+             "reading it again", (int)rd.node.host.len, rd.node.host.p, rd.node.port);
+    cl.next_refresh = 0;
+    return 0;
 }
 
 char *cluster_rewrite(enum topo_kind kind, const char *p, size_t n, const struct target *from,
@@ -282,8 +377,10 @@ char *cluster_rewrite(enum topo_kind kind, const char *p, size_t n, const struct
 {
     struct rv_tree t;
     char *out;
-    if (n > 0 && p[0] == '-')
-        return rewrite_redirect(p, n, from, outlen);
+    if (n > 0 && p[0] == '-') {
+        struct redirect rd;
+        return parse_redirect(p, n, from, &rd) == 0 ? rewrite_redirect(&rd, outlen) : NULL;
+    }
     if (kind == TOPO_NONE || rv_parse(&t, p, n) < 0)
         return NULL;
     switch (kind) {
@@ -361,22 +458,60 @@ static void entry_follow(void)
     cl.srv->plain.target = &pick->t;
 }
 
+/* ---- sessions waiting for a topology read --------------------------------------- */
+
+static struct cluster_wait *waiters;
+static uint64_t waiting_since;      /* monotonic ms the first of them began to wait */
+
+void cluster_wait(struct cluster_wait *w)
+{
+    if (w->waiting)
+        return;
+    if (waiters == NULL)
+        waiting_since = now_ms_monotonic();
+    w->waiting = 1;
+    w->next = waiters;
+    waiters = w;
+}
+
+void cluster_unwait(struct cluster_wait *w)
+{
+    for (struct cluster_wait **pp = &waiters; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    }
+    w->waiting = 0;
+}
+
+/* A topology read ended (or failed, or took too long): everyone waiting
+ * goes on with what is known now. */
+static void wake_waiters(void)
+{
+    struct cluster_wait *list = waiters;
+    waiters = NULL;
+    while (list != NULL) {
+        struct cluster_wait *w = list;
+        list = w->next;
+        w->waiting = 0;
+        w->done(w);
+    }
+}
+
 /* ---- reading the topology ------------------------------------------------------- */
 
 /* One node of a CLUSTER SHARDS reply (a flat key-value array in RESP2). */
 static void learn_shard_node(struct rv *node)
 {
-    struct rv *ip = rv_get(node, "ip"), *endpoint = rv_get(node, "endpoint");
-    struct rv *id = rv_get(node, "id"), *role = rv_get(node, "role");
-    struct rv *health = rv_get(node, "health");
-    struct cnode *c = node_of(ip != NULL && ip->len > 0 ? ip : endpoint, rv_get(node, "port"));
+    struct rv *role = rv_get(node, "role"), *health = rv_get(node, "health");
+    struct node_ref r = shard_node_ref(node);
+    struct cnode *c = node_learn(&r);
     if (c == NULL)
         return;
     c->seen = 1;
     c->healthy = health == NULL || rv_is(health, "online");
     c->primary = role != NULL && rv_is(role, "master");
-    if (id != NULL && id->s != NULL)
-        snprintf(c->id, sizeof c->id, "%.*s", (int)id->len, id->s);
 }
 
 /* CLUSTER SLOTS (servers without SHARDS): the nodes that serve slots. */
@@ -386,13 +521,14 @@ static void learn_slots(struct rv *root)
         struct rv *range = &root->el[i];
         for (size_t j = 2; range->type == '*' && j < range->n; j++) {
             struct rv *node = &range->el[j];
-            struct cnode *c = node->type == '*' && node->n >= 3 ?
-                              node_of(&node->el[0], &node->el[1]) : NULL;
+            if (node->type != '*' || node->n < 3)
+                continue;
+            struct node_ref r = slots_node_ref(node);
+            struct cnode *c = node_learn(&r);
             if (c == NULL)
                 continue;
             c->seen = c->healthy = 1;
             c->primary = j == 2;
-            snprintf(c->id, sizeof c->id, "%.*s", (int)node->el[2].len, node->el[2].s);
         }
     }
 }
@@ -431,6 +567,7 @@ static void learn_topology(const char *p, size_t n)
         c->missed = c->seen ? 0 : c->missed + 1;
     entry_follow();
     close_departed();
+    wake_waiters();
 }
 
 static void topo_ask(void)
@@ -475,8 +612,11 @@ static void topo_failed(struct bconn *b, const char *why, int was_ready)
     const char *seeds = cl.srv->cfg->backend_seeds;
     log_warn("cluster: topology from %s: %s", b->t->name, why);
     cl.asked = 0;
-    if (seeds != NULL)
-        cl.seed++;              /* the next seed next time */
+    if (seeds != NULL) {
+        cl.seed++;              /* the next seed, at once */
+        refresh_soon();
+    }
+    wake_waiters();
 }
 
 static void topo_closed(struct bconn *b)
@@ -543,7 +683,8 @@ void cluster_start(struct server *srv)
     cl.next_port = srv->cfg->cluster_port_min;
     /* The entry port forwards to the first seed, as a node like the others
      * (its requests count there; it can move, see entry_follow()). */
-    struct cnode *c = node_get(seed->host, strlen(seed->host), seed->port);
+    struct node_ref r = { .host = { seed->host, strlen(seed->host) }, .port = seed->port };
+    struct cnode *c = node_learn(&r);
     if (c != NULL) {
         c->seen = c->healthy = c->primary = 1;
         srv->plain.target = &c->t;
@@ -557,6 +698,8 @@ void cluster_cron(uint64_t now)
         return;
     if (now >= cl.next_refresh)
         topo_refresh();
+    if (waiters != NULL && now - waiting_since >= WAIT_MAX_MS)
+        wake_waiters();
     close_departed();
 }
 

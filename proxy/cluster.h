@@ -14,9 +14,12 @@
  *
  * So that no client ever learns a real node address, the replies that carry
  * addresses are held whole and rewritten to cluster_announce and the node's
- * port (reply.c holds them, cluster_rewrite() rewrites them). A reply that
- * names a node ttlguard does not know yet opens its listener there and then,
- * before the reply goes out: the reply itself says where the node is. The
+ * port (reply.c holds them, cluster_rewrite() rewrites them). A topology
+ * reply that names a node ttlguard does not know yet opens its listener
+ * there and then, before the reply goes out. A redirect may name only a
+ * known node (any script can return an error that looks like one): one that
+ * names another makes its session's replies wait (reply.c) for a topology
+ * read started at once, and is then rewritten with what that read says. The
  * topology (CLUSTER SHARDS from a seed, on a backend connection of its own)
  * is read at start, every few seconds, and soon after a reply named a new
  * node, to keep ids and roles current.
@@ -45,6 +48,23 @@ enum topo_kind {
 void cluster_start(struct server *srv);
 void cluster_stop(void);
 
+/* A redirect (a whole error reply) names a node the topology lists, or is
+ * not a redirect: 1. 0: it names a node not known (yet): a topology read is
+ * started, and the caller may wait for it (cluster_wait) before rewriting. */
+int cluster_redirect_known(const char *p, size_t n, const struct target *from);
+
+/* Waiting for the next topology read (at most a second): done() is called
+ * once it ended, failed or took too long. The owner embeds the struct and
+ * calls cluster_unwait() if it goes away first. */
+struct cluster_wait {
+    struct cluster_wait *next;
+    void (*done)(struct cluster_wait *w);
+    int waiting;
+};
+
+void cluster_wait(struct cluster_wait *w);
+void cluster_unwait(struct cluster_wait *w);
+
 /* What /metrics shows of a node. */
 struct cluster_node_info {
     const char *name;           /* its real address */
@@ -68,7 +88,8 @@ void cluster_cron(uint64_t now);
 enum topo_kind cluster_topology_kind(int argc, const struct slice *argv);
 
 /* The reply (n complete bytes) rewritten for clients: the topology reply of
- * kind, or any error reply (a redirect is rewritten, other errors are not).
+ * kind, or any error reply (a redirect is rewritten, other errors are not;
+ * a redirect to a node the topology does not list gets port 0).
  * from: the node it came from (a redirect to ":port" means its host).
  * Returns a malloc'ed reply (*outlen bytes) or NULL to send it unchanged. */
 char *cluster_rewrite(enum topo_kind kind, const char *p, size_t n, const struct target *from,

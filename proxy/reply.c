@@ -17,6 +17,7 @@
  *                     └ done ──▶ reply_done: unpaired? (push, pub/sub message,
  *                                MONITOR line) else apply_reply, pop the head
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,7 +290,48 @@ static int held(const struct session *s, const struct pending *head, char type)
            (type == '-' || (head != NULL && head->what == PW_TOPOLOGY));
 }
 
-/* Keep the reply until it is whole, then hand the client its rewritten form. */
+static void on_topology_read(struct cluster_wait *w)
+{
+    struct session *s = (struct session *)((char *)w - offsetof(struct session, cwait));
+    session_unpark(s);
+}
+
+void park_add(struct session *s, char kind, const char *p, size_t n)
+{
+    sbuf_add(&s->park, &kind, 1);
+    sbuf_add(&s->park, &n, sizeof n);
+    sbuf_add(&s->park, p, n);
+    if (s->park.len > s->srv->cfg->max_buffer)
+        session_unpark(s);      /* waiting must not cost unbounded memory */
+}
+
+void session_unpark(struct session *s)
+{
+    if (!s->parked)
+        return;
+    s->parked = 0;
+    if (s->cwait.waiting)
+        cluster_unwait(&s->cwait);
+    for (size_t off = 0; off < s->park.len;) {
+        char kind = s->park.p[off];
+        size_t n;
+        memcpy(&n, s->park.p + off + 1, sizeof n);
+        const char *p = s->park.p + off + 1 + sizeof n;
+        if (kind == 'M')
+            toc_add_reply(s, TOPO_NONE, p, n);
+        else
+            toc_add(s, p, n, 1);
+        off += 1 + sizeof n + n;
+    }
+    s->park.len = 0;
+    if (!s->closing)
+        session_flush_client();
+    maybe_finish(s);
+}
+
+/* Keep the reply until it is whole, then hand the client its rewritten form.
+ * A redirect to a node not known yet waits for the topology read it starts
+ * (and everything after it for this client, in order). */
 static void hold(struct session *s, const char *p, size_t n, int done, int start,
                  const struct pending *head)
 {
@@ -298,8 +340,18 @@ static void hold(struct session *s, const char *p, size_t n, int done, int start
     sbuf_add(&s->held, p, n);
     if (!done)
         return;
-    toc_add_reply(s, head != NULL && head->what == PW_TOPOLOGY ? head->subkind : TOPO_NONE,
-                  s->held.p, s->held.len);
+    enum topo_kind kind = head != NULL && head->what == PW_TOPOLOGY ? head->subkind : TOPO_NONE;
+    if (kind == TOPO_NONE &&
+        (s->parked || !cluster_redirect_known(s->held.p, s->held.len, s->be.t))) {
+        if (!s->parked) {
+            s->parked = 1;
+            s->cwait.done = on_topology_read;
+            cluster_wait(&s->cwait);
+        }
+        park_add(s, 'M', s->held.p, s->held.len);
+    } else {
+        toc_add_reply(s, kind, s->held.p, s->held.len);
+    }
     s->held.len = 0;
 }
 

@@ -86,7 +86,6 @@ static struct session *toc_owner;
 static void client_read_start(struct session *s);
 static void client_read_stop(struct session *s);
 static void process_input(struct session *s, const char *data, size_t len, int in_ibuf);
-static void maybe_finish(struct session *s);
 static void open_own_connection(struct session *s);
 static const char *client_name(struct session *s);
 
@@ -179,6 +178,10 @@ static void flush_all(struct session *s)
 /* Add bytes for s's client (copied, or a span valid until the flush). */
 void toc_add(struct session *s, const char *p, size_t n, int copy)
 {
+    if (s->parked) {
+        park_add(s, 'R', p, n);
+        return;
+    }
     if (toc.n > 0 && toc_owner != s)
         session_flush_client();
     toc_owner = s;
@@ -326,6 +329,8 @@ static void session_free(struct session *s)
         s->srv->sessions = s->next;
     if (s->next)
         s->next->prev = s->prev;
+    if (s->cwait.waiting)
+        cluster_unwait(&s->cwait);
     s->srv->nsessions--;
     s->be.t->sessions--;
     server_session_gone(s->srv);
@@ -343,6 +348,7 @@ static void session_free(struct session *s)
     free(s->xsub);
     free(s->xerr.p);
     free(s->held.p);
+    free(s->park.p);
     req_framer_free(s->framer);
     free(s);
 }
@@ -375,9 +381,9 @@ static void on_client_shutdown(uv_shutdown_t *req, int status)
 }
 
 /* Close once everything owed has been written to the client. */
-static void maybe_finish(struct session *s)
+void maybe_finish(struct session *s)
 {
-    if (s->closing || !s->close_after_flush)
+    if (s->closing || !s->close_after_flush || s->parked)
         return;
     if (s->qlen > 0 && (s->mode == SM_OWN || s->mode == SM_SHARED))
         return;     /* replies still owed (a protocol error waits its turn) */

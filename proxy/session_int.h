@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "cluster.h"
 #include "policy.h"
 #include "resp_reply.h"
 #include "resp_request.h"
@@ -119,6 +120,10 @@ struct session {
     unsigned char xphase;           /* enum exec_phase */
     struct sbuf xerr;               /* queue-time error of the command in the proxy's MULTI */
     struct sbuf held;               /* cluster: a reply with node addresses, held whole */
+    struct sbuf park;               /* cluster: what goes to the client while it waits for a
+                                       topology read (park_add()) */
+    struct cluster_wait cwait;      /* ...and its place among those waiting */
+    unsigned parked:1;
     struct reply_scanner *xsub;     /* frames EXEC's first element; allocated on first use */
 
     /* Client input: only the partial request that spans reads lives here. */
@@ -149,6 +154,14 @@ void q_pop(struct session *s);
 void emit_locals(struct session *s);
 /* Bytes for s's client: copied, or a span valid until the flush. */
 void toc_add(struct session *s, const char *p, size_t n, int copy);
+
+/* Cluster: while a redirect to a node not known yet waits for a topology
+ * read, what would go to the client is kept in order instead: bytes as
+ * they are ('R'), redirects to rewrite once the read is done ('M'). */
+void park_add(struct session *s, char kind, const char *p, size_t n);
+void session_unpark(struct session *s);
+/* Close once everything owed has been written (close_after_flush). */
+void maybe_finish(struct session *s);
 /* The reply to SYNC/PSYNC is next: the connection becomes a replication stream. */
 void enter_replica(struct session *s);
 
