@@ -8,10 +8,12 @@
  *   ttlguard audit --config FILE ...                            find keys that leaked (audit.c)
  *   ttlguard report FILE...                                     summarise event logs (report.c)
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "audit.h"
 #include "commands.h"
@@ -51,6 +53,34 @@ static void usage(FILE *out)
 "Signals: SIGTERM/SIGINT stop accepting, let owed replies drain (5 s at most), exit 0;\n"
 "SIGHUP reloads the config (a bad one is refused, the old one stays); SIGUSR1 reopens\n"
 "the event log.\n");
+}
+
+/* --check-config: can the event log be opened for appending, as the start
+ * will? Checked without creating it: the file, or else its directory. */
+static int event_log_writable(const char *path, char *err, size_t errlen)
+{
+    char dir[4096];
+    if (path == NULL || strcmp(path, "stderr") == 0)
+        return 0;
+    if (access(path, F_OK) == 0) {
+        if (access(path, W_OK) == 0)
+            return 0;
+        snprintf(err, errlen, "events = %s: cannot be written: %s", path, strerror(errno));
+        return -1;
+    }
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (access(dir, W_OK | X_OK) == 0)
+        return 0;
+    snprintf(err, errlen, "events = %s: cannot be created in %.300s: %s", path, dir,
+             strerror(errno));
+    return -1;
 }
 
 /* ttlguard commands [--server NAME:VERSION] */
@@ -130,6 +160,12 @@ int main(int argc, char **argv)
     if ((listen && addr_parse(listen, &a, err, sizeof err) != 0) ||
         (backend && addr_parse(backend, &a, err, sizeof err) != 0)) {
         fprintf(stderr, "ttlguard: %s\n", err);
+        config_free(cfg);
+        free(cfg);
+        return 1;
+    }
+    if (check && event_log_writable(cfg->events, err, sizeof err) != 0) {
+        fprintf(stderr, "ttlguard: %s: %s\n", config_path ? config_path : "(defaults)", err);
         config_free(cfg);
         free(cfg);
         return 1;

@@ -31,7 +31,7 @@ done
 
 packages=(build-essential cmake pkg-config libuv1-dev libhiredis-dev libinih-dev
           libhttp-parser-dev libssl-dev openssl libcriterion-dev redis-server redis-tools python3-redis
-          python3-pytest python3-pytest-timeout tcl dpkg-dev)
+          python3-pytest python3-pytest-timeout tcl dpkg-dev chromium python3-pil)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -107,6 +107,16 @@ if [ "$suite" -eq 1 ]; then
             failed=1; summary+=("redis suite ($mode): FAILED")
         fi
     done
+fi
+# The deployment kit (docker/k8s-sidecar.yaml, config/ttlguard.service,
+# Prometheus rules, Grafana dashboard, man pages), each checked by its own
+# tool (yamllint, systemd-analyze, promtool, mandoc) and against a live
+# ttlguard: tests/deploy/run.sh installs what it needs.
+echo "== [deploy] tests/deploy/run.sh"
+if TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run.sh; then
+    summary+=("deploy kit: ok")
+else
+    failed=1; summary+=("deploy kit: FAILED")
 fi
 if [ "$asan" -eq 1 ]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -514,3 +514,26 @@ def test_log_format_json(make_proxy, tmp_path):
     q = make_proxy(down, expect=None)
     first = [l for l in q.stderr().splitlines() if "listening on" in l][0]
     assert re.match(r"^\S+Z ttlguard info: ttlguard \S+ listening on ", first), first
+
+
+def test_check_config_sees_an_event_log_it_cannot_write(tmp_path):
+    """--check-config answers what the start would: an event log whose
+    directory is missing (or a file that cannot be written) is an error,
+    exit 1, naming the path; a writable place passes and nothing is created
+    by the check itself."""
+    if not os.path.exists(harness.TTLG_BIN):
+        pytest.skip("no ttlguard binary")
+    bad = tmp_path / "bad.ini"
+    bad.write_text("[proxy]\nevents = %s/missing/events.jsonl\n" % tmp_path)
+    r = subprocess.run([harness.TTLG_BIN, "--check-config", "--config", str(bad)],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1, r
+    assert "events = %s/missing/events.jsonl: cannot be created in %s/missing: No such file" % (
+        tmp_path, tmp_path) in r.stderr, r.stderr
+    good = tmp_path / "good.ini"
+    log = tmp_path / "events.jsonl"
+    good.write_text("[proxy]\nevents = %s\n" % log)
+    r = subprocess.run([harness.TTLG_BIN, "--check-config", "--config", str(good)],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0 and "OK" in r.stdout, r
+    assert not log.exists()
