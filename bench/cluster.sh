@@ -41,57 +41,9 @@ while (($#)); do
     shift
 done
 
-die() { echo "bench/cluster.sh: $*" >&2; exit 1; }
-say() { echo "$*" >&2; }
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
-[[ $SECONDS_PER =~ ^[0-9]*\.?[0-9]+$ ]] || die "--seconds must be a number"
-IFS=, read -r -a TLIST <<<"$TARGETS"
-((${#TLIST[@]})) || die "--targets is empty"
-for t in "${TLIST[@]}"; do [[ ",$ALL_TARGETS," == *",$t,"* ]] || die "unknown target '$t'"; done
-in_targets() { [[ ",$TARGETS," == *",$1,"* ]]; }
-
-REDIS_SERVER=${REDIS_SERVER:-redis-server} REDIS_CLI=${REDIS_CLI:-redis-cli}
-REDIS_BENCHMARK=${REDIS_BENCHMARK:-redis-benchmark} BENCH_PORTS=${BENCH_PORTS:-7600-7699}
-PORT_LO=${BENCH_PORTS%-*} PORT_HI=${BENCH_PORTS#*-}
-[[ $PORT_LO =~ ^[0-9]+$ && $PORT_HI =~ ^[0-9]+$ ]] || die "BENCH_PORTS must look like 7600-7699"
-for tool in "$REDIS_SERVER" "$REDIS_CLI" "$REDIS_BENCHMARK" ss; do command -v "$tool" >/dev/null || die "$tool not found"; done
-[[ -n ${TTLG_BIN:-} || -x $ROOT/build/ttlguard ]] || { say "building $ROOT/build/ttlguard (Release)"
-    cmake -S "$ROOT" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release >&2 && cmake --build "$ROOT/build" --target ttlguard -j"$(nproc)" >&2; }
-TTLG_BIN=${TTLG_BIN:-$ROOT/build/ttlguard}
-[[ -x $TTLG_BIN ]] || die "TTLG_BIN=$TTLG_BIN is not an executable"
-
-# ---- processes, ports -------------------------------------------------------------
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ttlg-cluster-bench.XXXXXX")
-PIDS=() KEEP_WORK=0
-cleanup() {
-    local pid i alive
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for i in $(seq 1 30); do # a moment to exit cleanly, then KILL
-        alive=0; for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-        ((alive)) && sleep 0.1 || break
-    done
-    for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-    if ((KEEP_WORK)); then say "logs kept in $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-TAKEN=" "
-free_range() { # free_range VAR N: the first of N consecutive free ports of BENCH_PORTS, now taken
-    local p q
-    for ((p = PORT_LO; p + $2 - 1 <= PORT_HI; p++)); do
-        for ((q = p; q < p + $2; q++)); do [[ $TAKEN == *" $q "* || -n $(ss -Htln "sport = :$q") ]] && continue 2; done
-        for ((q = p; q < p + $2; q++)); do TAKEN+="$q "; done
-        printf -v "$1" '%s' "$p" && return 0
-    done
-    die "no $2 free consecutive port(s) in $BENCH_PORTS"
-}
-free_port() { free_range "$1" 1; }
-start_bg() { # start_bg LOG CMD...: CMD in the background, its PID in PIDS and PID_LAST
-    local log=$1; shift
-    "$@" >"$log" 2>&1 &
-    PIDS+=("$!") PID_LAST=$!
-}
+BENCH_NAME=cluster.sh BENCH_PORTS=${BENCH_PORTS:-7600-7699} BENCH_TOOLS=""
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 wait_for() { # wait_for WHAT PID SECONDS CMD...: until CMD succeeds, while PID lives
     local what=$1 pid=$2 secs=$3 i; shift 3
     for i in $(seq 1 $((10 * secs))); do
@@ -149,7 +101,6 @@ if in_targets ttlguard; then start_ttlguard ttlguard 0; fi
 if in_targets ttlguard_rules; then start_ttlguard ttlguard_rules 1; fi
 
 # ---- measuring ------------------------------------------------------------------------
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 bench() { # bench TARGET ARGS...: redis-benchmark --cluster at TARGET's port, bounded
     local port=${TPORT[$1]} limit; shift
     limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
@@ -170,7 +121,6 @@ bench_rps() { # bench_rps TARGET TEST PIPELINE N: print the requests/s, or retur
 stats() { # stats VALUES: their median and (max - min)/median, or nothing
     tr ' ' '\n' | awk NF | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) exit
         m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m, (m > 0) ? (a[NR] - a[1]) / m : 0 }'; }
-ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / (b > 0 ? b : 1) }' || printf -- '-'; }
 NPRIM=$(primaries | wc -l)
 
 # The rules must bite: after a short write run through ttlguard_rules on an empty cluster, one
@@ -193,7 +143,6 @@ fi
 flush_all
 bench direct -c "$CLIENTS" -n $((KEYSPACE * 5)) -r "$KEYSPACE" -P 16 -t set -q >/dev/null || die "could not fill key:* on the cluster"
 
-first_line() { "$@" 2>&1 | head -n 1 || true; }
 build=
 [[ $TTLG_BIN -ef $ROOT/build/ttlguard ]] &&
     build=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=\(.*\)/, \1 build/p' "$ROOT/build/CMakeCache.txt" 2>/dev/null)

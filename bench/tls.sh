@@ -43,58 +43,9 @@ while (($#)); do
     shift
 done
 
-die() { echo "bench/tls.sh: $*" >&2; exit 1; }
-say() { echo "$*" >&2; }
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
-[[ $SECONDS_PER =~ ^[0-9]*\.?[0-9]+$ ]] || die "--seconds must be a number"
-IFS=, read -r -a TLIST <<<"$TARGETS"
-((${#TLIST[@]})) || die "--targets is empty"
-for t in "${TLIST[@]}"; do [[ ",$ALL_TARGETS," == *",$t,"* ]] || die "unknown target '$t'"; done
-in_targets() { [[ ",$TARGETS," == *",$1,"* ]]; }
-
-REDIS_SERVER=${REDIS_SERVER:-redis-server} REDIS_CLI=${REDIS_CLI:-redis-cli}
-REDIS_BENCHMARK=${REDIS_BENCHMARK:-redis-benchmark} BENCH_PORTS=${BENCH_PORTS:-7300-7399}
-PORT_LO=${BENCH_PORTS%-*} PORT_HI=${BENCH_PORTS#*-}
-[[ $PORT_LO =~ ^[0-9]+$ && $PORT_HI =~ ^[0-9]+$ ]] || die "BENCH_PORTS must look like 7300-7399"
-for tool in "$REDIS_SERVER" "$REDIS_CLI" "$REDIS_BENCHMARK" openssl ss; do command -v "$tool" >/dev/null || die "$tool not found"; done
-if [[ -z ${TTLG_BIN:-} && ! -x $ROOT/build/ttlguard ]]; then
-    say "building $ROOT/build/ttlguard (Release)"
-    cmake -S "$ROOT" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release >&2
-    cmake --build "$ROOT/build" --target ttlguard -j"$(nproc)" >&2
-fi
-TTLG_BIN=${TTLG_BIN:-$ROOT/build/ttlguard}
-[[ -x $TTLG_BIN ]] || die "TTLG_BIN=$TTLG_BIN is not an executable"
-
-# ---- processes, ports, certificates -------------------------------------------
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ttlg-tls-bench.XXXXXX")
-PIDS=() KEEP_WORK=0
-cleanup() {
-    local pid i alive
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for i in $(seq 1 30); do # a moment to exit cleanly, then KILL
-        alive=0; for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-        ((alive)) && sleep 0.1 || break
-    done
-    for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-    if ((KEEP_WORK)); then say "logs kept in $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-TAKEN=" "
-free_port() { # free_port VAR: a port of BENCH_PORTS that nobody listens on, not handed out yet
-    local p
-    for ((p = PORT_LO; p <= PORT_HI; p++)); do
-        [[ $TAKEN == *" $p "* || -n $(ss -Htln "sport = :$p") ]] && continue
-        TAKEN+="$p " && printf -v "$1" '%s' "$p" && return 0
-    done
-    die "no free port in $BENCH_PORTS"
-}
-start_bg() { # start_bg LOG CMD...: CMD in the background, its PID in PIDS and PID_LAST
-    local log=$1; shift
-    "$@" >"$log" 2>&1 &
-    PIDS+=("$!") PID_LAST=$!
-}
+BENCH_NAME=tls.sh BENCH_PORTS=${BENCH_PORTS:-7300-7399} BENCH_TOOLS="openssl"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 wait_ping() { # wait_ping NAME PID PORT [redis-cli TLS options]: until PORT answers PING
     local name=$1 pid=$2 port=$3 i; shift 3
     for i in $(seq 1 100); do
@@ -149,7 +100,6 @@ if in_targets ttlguard_tls || in_targets ttlguard_tls_backend; then start_ttlgua
 if in_targets ttlguard_tls_client || in_targets ttlguard_plain; then start_ttlguard tg_plainb 0 ttlguard_tls_client ttlguard_plain; fi
 
 # ---- setup ------------------------------------------------------------------------
-first_line() { "$@" 2>&1 | head -n 1 || true; }
 cipher() { # cipher PORT: the protocol and cipher openssl s_client negotiates there
     timeout 5 openssl s_client -connect "127.0.0.1:$1" -CAfile "$CA" </dev/null 2>/dev/null |
         awk '/^New, / { sub(/^New, /, ""); sub(/Cipher is /, ""); print; exit }' || true
@@ -168,7 +118,6 @@ echo "- redis-benchmark -c $CLIENTS -r $KEYSPACE, one test per invocation; $ROUN
 echo
 
 # ---- measuring ------------------------------------------------------------------
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 bench_rps() { # bench_rps TARGET TEST PIPELINE N: print the requests/s, or return 1
     local tg=$1 out rps limit args=()
     ((TTLS[$tg])) && args=("${TLS_CLI[@]}")
@@ -182,7 +131,6 @@ median() { tr ' ' '\n' | awk NF | sort -g | awk '{ a[NR] = $1 } END {
     if (NR == 0) print ""; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 spread() { tr ' ' '\n' | awk NF | sort -g | awk '{ a[NR] = $1 } END { if (NR < 2) { print 0; exit }
     m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print (m > 0) ? (a[NR] - a[1]) / m : 0 }'; }
-ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / (b > 0 ? b : 1) }' || printf -- '-'; }
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
 
 "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" flushall >/dev/null
