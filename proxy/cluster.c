@@ -216,9 +216,8 @@ static void drop_key(struct rv *m, const char *key)
 }
 
 /* CLUSTER SLOTS: [start, end, [endpoint, port, id, {ip, hostname}], ...]. */
-static void rewrite_slots(struct rv_tree *t)
+static void rewrite_slots(struct rv_tree *t, struct rv *root)
 {
-    struct rv *root = t->root;
     for (size_t i = 0; root->type == '*' && i < root->n; i++) {
         struct rv *range = &root->el[i];
         for (size_t j = 2; range->type == '*' && j < range->n; j++) {
@@ -239,9 +238,8 @@ static void rewrite_slots(struct rv_tree *t)
 
 /* CLUSTER SHARDS: per shard {slots, nodes: [{id, port, tls-port, ip, endpoint,
  * hostname, role, ...}]}, maps in RESP3 and flat arrays in RESP2. */
-static void rewrite_shards(struct rv_tree *t)
+static void rewrite_shards(struct rv_tree *t, struct rv *root)
 {
-    struct rv *root = t->root;
     for (size_t i = 0; root->type == '*' && i < root->n; i++) {
         struct rv *nodes = rv_get(&root->el[i], "nodes");
         for (size_t j = 0; nodes != NULL && nodes->type == '*' && j < nodes->n; j++) {
@@ -372,6 +370,45 @@ int cluster_redirect_known(const char *p, size_t n, const struct target *from)
     return 0;
 }
 
+/* One topology reply of kind, wherever it stands in the tree. */
+static void rewrite_value(struct rv_tree *t, struct rv *v, enum topo_kind kind)
+{
+    switch (kind) {
+    case TOPO_SLOTS:
+        rewrite_slots(t, v);
+        break;
+    case TOPO_SHARDS:
+        rewrite_shards(t, v);
+        break;
+    case TOPO_NODES:
+        if (v->type == '$' || v->type == '=')
+            rewrite_nodes_text(t, v);
+        break;
+    case TOPO_REPLICAS:
+        for (size_t i = 0; v->type == '*' && i < v->n; i++)
+            if (v->el[i].type == '$' || v->el[i].type == '=')
+                rewrite_nodes_text(t, &v->el[i]);
+        break;
+    case TOPO_NONE:
+    case TOPO_EXEC:
+        break;
+    }
+}
+
+char *cluster_rewrite_exec(const char *kinds, size_t nkinds, const char *p, size_t n,
+                           size_t *outlen)
+{
+    struct rv_tree t;
+    char *out;
+    if (rv_parse(&t, p, n) < 0)
+        return NULL;
+    for (size_t i = 0; t.root->type == '*' && i < t.root->n && i < nkinds; i++)
+        rewrite_value(&t, &t.root->el[i], (enum topo_kind)kinds[i]);
+    rv_encode(&t, &out, outlen);
+    rv_free(&t);
+    return out;
+}
+
 char *cluster_rewrite(enum topo_kind kind, const char *p, size_t n, const struct target *from,
                       size_t *outlen)
 {
@@ -383,25 +420,7 @@ char *cluster_rewrite(enum topo_kind kind, const char *p, size_t n, const struct
     }
     if (kind == TOPO_NONE || rv_parse(&t, p, n) < 0)
         return NULL;
-    switch (kind) {
-    case TOPO_SLOTS:
-        rewrite_slots(&t);
-        break;
-    case TOPO_SHARDS:
-        rewrite_shards(&t);
-        break;
-    case TOPO_NODES:
-        if (t.root->type == '$' || t.root->type == '=')
-            rewrite_nodes_text(&t, t.root);
-        break;
-    case TOPO_REPLICAS:
-        for (size_t i = 0; t.root->type == '*' && i < t.root->n; i++)
-            if (t.root->el[i].type == '$' || t.root->el[i].type == '=')
-                rewrite_nodes_text(&t, &t.root->el[i]);
-        break;
-    case TOPO_NONE:
-        break;
-    }
+    rewrite_value(&t, t.root, kind);
     rv_encode(&t, &out, outlen);
     rv_free(&t);
     return out;

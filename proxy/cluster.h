@@ -42,11 +42,18 @@ enum topo_kind {
     TOPO_SHARDS,        /* CLUSTER SHARDS */
     TOPO_NODES,         /* CLUSTER NODES */
     TOPO_REPLICAS,      /* CLUSTER REPLICAS / SLAVES */
+    TOPO_EXEC,          /* EXEC of a MULTI that queued some of the above */
 };
 
 /* Start reading the topology (cfg->cluster is on). */
 void cluster_start(struct server *srv);
 void cluster_stop(void);
+
+/* EXEC's reply: element i is rewritten as the topology reply of kinds[i]
+ * (the commands the client queued, in order); the others are not touched.
+ * Returns a malloc'ed reply or NULL to send it unchanged. */
+char *cluster_rewrite_exec(const char *kinds, size_t nkinds, const char *p, size_t n,
+                           size_t *outlen);
 
 /* A redirect (a whole error reply) names a node the topology lists, or is
  * not a redirect: 1. 0: it names a node not known (yet): a topology read is

@@ -172,11 +172,17 @@ static int inspect(const struct session *s, const struct pending *head, char typ
 }
 
 /* A whole reply of the backend's, from the proxy's hands: in a cluster, as
- * cluster_rewrite() has it (topology of kind, or a redirect). */
-static void toc_add_reply(struct session *s, enum topo_kind kind, const char *p, size_t n)
+ * cluster_rewrite() has it (topology of kind, EXEC's with the kinds of its
+ * elements, or a redirect). */
+static void toc_add_reply(struct session *s, enum topo_kind kind, const struct pending *head,
+                          const char *p, size_t n)
 {
     size_t len;
-    char *out = s->srv->cfg->cluster ? cluster_rewrite(kind, p, n, s->be.t, &len) : NULL;
+    char *out = NULL;
+    if (s->srv->cfg->cluster && kind == TOPO_EXEC)
+        out = cluster_rewrite_exec(head->local, head->local_len, p, n, &len);
+    else if (s->srv->cfg->cluster)
+        out = cluster_rewrite(kind, p, n, s->be.t, &len);
     if (out != NULL) {
         toc_add(s, out, len, 1);
         free(out);
@@ -198,7 +204,7 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
                 /* EXECABORT: the command was refused when queued (OOM,
                  * READONLY, NOPERM, a cluster's MOVED...); that error is its
                  * reply. */
-                toc_add_reply(s, TOPO_NONE, s->xerr.p, s->xerr.len);
+                toc_add_reply(s, TOPO_NONE, NULL, s->xerr.p, s->xerr.len);
                 s->xerr.len = 0;
                 s->xphase = XP_REST;
             } else {
@@ -318,7 +324,7 @@ void session_unpark(struct session *s)
         memcpy(&n, s->park.p + off + 1, sizeof n);
         const char *p = s->park.p + off + 1 + sizeof n;
         if (kind == 'M')
-            toc_add_reply(s, TOPO_NONE, p, n);
+            toc_add_reply(s, TOPO_NONE, NULL, p, n);
         else
             toc_add(s, p, n, 1);
         off += 1 + sizeof n + n;
@@ -350,7 +356,7 @@ static void hold(struct session *s, const char *p, size_t n, int done, int start
         }
         park_add(s, 'M', s->held.p, s->held.len);
     } else {
-        toc_add_reply(s, kind, s->held.p, s->held.len);
+        toc_add_reply(s, kind, head, s->held.p, s->held.len);
     }
     s->held.len = 0;
 }

@@ -349,6 +349,7 @@ static void session_free(struct session *s)
     free(s->xerr.p);
     free(s->held.p);
     free(s->park.p);
+    free(s->multi_topo.p);
     req_framer_free(s->framer);
     free(s);
 }
@@ -722,6 +723,8 @@ static void multi_reset(struct session *s)
     s->multi_dirty = 0;
     s->multi_fix.len = 0;
     s->multi_nfix = 0;
+    s->multi_topo.len = 0;
+    s->multi_topo_any = 0;
 }
 
 /* State the events and the rewrites need: SELECT, CLIENT SETNAME, WATCH,
@@ -999,6 +1002,15 @@ static void send_request(struct session *s, const struct request *req, enum verd
         tob_add(s, rw->tail.p, rw->tail.len, 1);
 }
 
+/* Cluster: what each command queued in the client's MULTI is, so that
+ * EXEC's reply can have its topology replies rewritten, and only those. */
+static void note_queued_topology(struct session *s, const struct request *req, enum cmd_id id)
+{
+    char kind = id == CID_CLUSTER ? (char)cluster_topology_kind(req->argc, req->argv) : TOPO_NONE;
+    sbuf_add(&s->multi_topo, &kind, 1);
+    s->multi_topo_any |= kind != TOPO_NONE;
+}
+
 /* The pending entries for what was sent. */
 static void expect_replies(struct session *s, const struct request *req,
                            const struct req_plan *pl, enum verdict v, const struct rewrite *rw)
@@ -1020,6 +1032,8 @@ static void expect_replies(struct session *s, const struct request *req,
         owe(s, rw->exec_first + 1);
         return;
     }
+    if (pl->queued && s->srv->cfg->cluster)
+        note_queued_topology(s, req, pl->id);
     if (!pl->replies || s->replica)
         return;
     struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
@@ -1028,6 +1042,14 @@ static void expect_replies(struct session *s, const struct request *req,
         track_carried(req, &pe);
     else if (!pl->queued && !track_pubsub(s, req, pl->id, &pe))
         track_request(s, req, pl->id, &pe);
+    if (pl->mt == MT_EXEC && s->in_multi && s->multi_topo_any) {
+        /* EXEC's reply holds topology replies: which elements, the entry says. */
+        pe.what = PW_TOPOLOGY;
+        pe.subkind = TOPO_EXEC;
+        pe.local = xmemdup(s->multi_topo.p, s->multi_topo.len);
+        pe.local_len = (uint32_t)s->multi_topo.len;
+        pe.local_owned = 1;
+    }
     if (pe.remaining != 0) {            /* RESP3 pub/sub: confirmations are pushes */
         *q_push(s) = pe;
         owe(s, pe.remaining);

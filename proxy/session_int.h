@@ -49,7 +49,8 @@ enum pend_what {
     PW_EXEC_FIRST,  /* PK_INTERNAL: EXEC of the proxy's own MULTI: the client gets element 1 */
     PW_SYNC,        /* SYNC/PSYNC: from its reply on the connection is a replication stream */
     PW_TOPOLOGY,    /* CLUSTER SLOTS/SHARDS/NODES/REPLICAS (subkind: enum topo_kind): the
-                       reply is held whole and its addresses rewritten (cluster.c) */
+                       reply is held whole and its addresses rewritten (cluster.c); for an
+                       EXEC (TOPO_EXEC) `local` has the kind of each element */
     PW_CARRY,       /* CLIENT SETINFO / NO-EVICT of a shared session: +OK makes the session
                        remember it (`local`: the argument, owned; subkind: enum carried) */
 };
@@ -124,6 +125,9 @@ struct session {
                                        topology read (park_add()) */
     struct cluster_wait cwait;      /* ...and its place among those waiting */
     unsigned parked:1;
+    unsigned multi_topo_any:1;      /* ...one of them is a topology command */
+    struct sbuf multi_topo;         /* cluster: enum topo_kind of each command queued in the
+                                       client's MULTI, for EXEC's reply */
     struct reply_scanner *xsub;     /* frames EXEC's first element; allocated on first use */
 
     /* Client input: only the partial request that spans reads lives here. */

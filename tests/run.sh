@@ -112,6 +112,15 @@ fi
 # Prometheus rules, Grafana dashboard, man pages), each checked by its own
 # tool (yamllint, systemd-analyze, promtool, mandoc) and against a live
 # ttlguard: tests/deploy/run.sh installs what it needs.
+# Real client libraries (npm's ioredis and node-redis, Debian's python3-redis),
+# standalone and cluster, each with its own connect sequence, compared with
+# the same script straight against Redis: tests/clients/run.sh.
+echo "== [clients] tests/clients/run.sh"
+if TTLG_BIN="$PWD/build/ttlguard" bash tests/clients/run.sh; then
+    summary+=("client libraries: ok")
+else
+    failed=1; summary+=("client libraries: FAILED")
+fi
 echo "== [deploy] tests/deploy/run.sh"
 if TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run.sh; then
     summary+=("deploy kit: ok")
