@@ -6,8 +6,13 @@
 # (tests/redis-suite/run.sh), then the integration suite once more per other
 # server ttlguard supports -- Redis 8.0, Valkey 8.1 and Valkey 9.1, built and
 # cached by tests/servers.sh (release build, shared connections, about 2.5
-# minutes each; a server that cannot be fetched or built fails the run), then
-# the unit and integration tests again with an ASan+UBSan build.
+# minutes each; a server that cannot be fetched or built fails the run; every
+# server is built with TLS, so the TLS tests run against each), then real
+# client libraries (tests/clients/run.sh: ioredis, node-redis, python3-redis,
+# standalone and cluster), then the deployment kit checked by its own tools
+# (tests/deploy/run.sh), then the unit and integration tests again with an
+# ASan+UBSan build. The integration suite includes TLS (test_tls.py, a CA made
+# by the test) and Redis Cluster (test_cluster.py, 6-node clusters it starts).
 #
 #   tests/run.sh               everything
 #   tests/run.sh --no-asan     skip the sanitizer pass
