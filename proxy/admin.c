@@ -320,6 +320,9 @@ static void render_metrics(struct evbuf *b)
              "Commands refused with a -TTLGUARD error.", st->rejected);
     m_single(b, "ttlguard_protocol_errors_total", "counter",
              "Client connections closed for a RESP protocol error.", st->protocol_errors);
+    m_single(b, "ttlguard_rewrite_errors_total", "counter",
+             "Rewrites whose own commands (MULTI, EXPIRE, a follow-up script) Redis refused.",
+             st->rewrite_errors);
     m_single(b, "ttlguard_tls_handshake_errors_total", "counter",
              "TLS client connections whose handshake failed or timed out.",
              st->tls_handshake_errors);

@@ -145,6 +145,27 @@ static void apply_reply(struct session *s, struct pending *head, char type)
     }
 }
 
+/* Redis refused the proxy's own part of a rewrite (its MULTI or EXPIRE, a
+ * follow-up script: an ACL without EXPIRE or EVAL, OOM): the client got
+ * Redis's error or its command's reply, but the key may have no TTL.
+ * Counted for /metrics, and said at most every 10 s with Redis's words. */
+static void rewrite_refused(struct session *s)
+{
+    static uint64_t last, since;
+    uint64_t now = now_ms_monotonic();
+    s->srv->stats.rewrite_errors++;
+    since++;
+    if (last != 0 && now - last < 10000)
+        return;
+    const char *end = memchr(s->peek, '\r', s->peeklen);
+    int n = end != NULL ? (int)(end - s->peek) : (int)s->peeklen;     /* "-ERR ..." */
+    log_warn("Redis refused ttlguard's rewrite of a write under a rule (%llu time%s since "
+             "the last warning): %.*s", (unsigned long long)since, since == 1 ? "" : "s",
+             n > 1 ? n - 1 : 0, s->peek + 1);
+    last = now;
+    since = 0;
+}
+
 /* A whole reply went by; pair it with the head of the queue. */
 static void reply_done(struct session *s, char type)
 {
@@ -152,6 +173,9 @@ static void reply_done(struct session *s, char type)
     if (unpaired_reply(s, type, head) || head == NULL)
         return;         /* a push, or unsolicited (an error before the server closes) */
     ASSERT(head->kind != PK_LOCAL);
+    if (type == '-' && head->kind == PK_INTERNAL && head->rewritten &&
+        head->what != PW_EXEC_FIRST)        /* its EXECABORT follows from the refusal */
+        rewrite_refused(s);
     apply_reply(s, head, type);
     if (--head->remaining > 0)
         return;

@@ -41,6 +41,7 @@ struct stats {
     uint64_t bytes_to_clients;
     uint64_t protocol_errors;
     uint64_t tls_handshake_errors;   /* TLS clients whose handshake failed or timed out */
+    uint64_t rewrite_errors;         /* the proxy's own part of a rewrite refused by Redis */
 };
 
 /* A listening socket: `listen` (plain), `tls_listen`, or a cluster node's. */

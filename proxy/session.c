@@ -806,6 +806,7 @@ static void send_internal(struct session *s, const char *p, size_t len, int coun
         return;
     struct pending *e = q_push(s);
     e->kind = PK_INTERNAL;
+    e->rewritten = 1;
     e->remaining = count;
     owe(s, count);
 }
@@ -1018,11 +1019,13 @@ static void expect_replies(struct session *s, const struct request *req,
     if (rw->exec_first > 0) {
         struct pending *e = q_push(s);
         e->kind = PK_INTERNAL;          /* +OK for MULTI */
+        e->rewritten = 1;
         e = q_push(s);
         e->kind = PK_INTERNAL;
         e->what = PW_QUEUED;
         e = q_push(s);
         e->kind = PK_INTERNAL;          /* +QUEUED per EXPIRE */
+        e->rewritten = 1;
         e->remaining = rw->exec_first - 2;
         e = q_push(s);
         e->kind = PK_INTERNAL;

@@ -68,7 +68,9 @@ struct pending {
     uint8_t what;           /* enum pend_what */
     uint8_t subkind;        /* enum sub_kind, for PW_SUB */
     uint8_t local_owned;    /* `local` is malloc'ed and freed when popped */
-    uint8_t rewritten;      /* for the latency histograms */
+    uint8_t rewritten;      /* for the latency histograms; on PK_INTERNAL: the proxy's own part
+                               of a rewrite (its MULTI, EXPIRE, a follow-up script), whose
+                               error is a rewrite error */
     int32_t remaining;      /* replies still owed; -1: "as many as subscriptions" (PW_SUB) */
     uint32_t local_len;
     const char *local;      /* PK_LOCAL: the reply bytes */

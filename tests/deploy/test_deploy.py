@@ -1060,8 +1060,14 @@ def cmd_man_coverage(args):
     with tempfile.TemporaryDirectory() as tmp:
         for i, b in enumerate(examples):
             f = os.path.join(tmp, f"example{i}.ini")
+            text = b.replace("\\(dq", '"').replace("\\e", "\\")
+            # --check-config also checks that the event log can be created:
+            # the page's /var/log/ttlguard is the service's (LogsDirectory=),
+            # not this machine's, so the log goes to the temp dir here.
+            text = re.sub(r"^(events\s*=\s*)/\S+", lambda m: m.group(1) + tmp + "/events.jsonl",
+                          text, flags=re.M)
             with open(f, "w") as fh:
-                fh.write(b.replace("\\(dq", '"').replace("\\e", "\\"))
+                fh.write(text)
             r = subprocess.run([BIN, "--check-config", "--config", f], capture_output=True,
                                text=True)
             n += 1

@@ -25,7 +25,7 @@ import time
 import pytest
 
 import harness
-from harness import Conn, enc, wait_for
+from harness import Conn, RespError, enc, wait_for
 
 DURABLE = "owner = payments\nreason = ledger of record\nrebuild = replay from Postgres\n"
 
@@ -437,3 +437,30 @@ def test_admin_follows_a_reload(redis_srv, make_proxy):
     wait_for(moved, 5, "the admin endpoint on the new port")
     with pytest.raises(OSError):
         get(admin, "/healthz")
+
+
+def test_rewrite_errors_counted_and_logged(make_redis, make_proxy):
+    """The backend's user may run INCR but not EXPIRE: the rewrite of
+    INCR rw:n (MULTI, INCR, EXPIRE NX, EXEC) is refused by Redis at the
+    EXPIRE. ttlguard counts it in ttlguard_rewrite_errors_total and logs
+    Redis's own words; a rewrite Redis accepts (a user allowed both) and a
+    write under no rule count nothing."""
+    r = make_redis()
+    with Conn(r.port) as c:
+        assert c.cmd("ACL", "SETUSER", "noexp", "on", ">pw", "~*", "+@all", "-expire") == b"OK"
+    p, admin = proxy_with_admin(make_proxy, r, backend_username="noexp", backend_password="pw")
+    with Conn(p.port) as c:
+        c.cmd("SET", "other", "1")                      # no rule: nothing to rewrite
+        assert value(scrape(admin), "ttlguard_rewrite_errors_total") == 0
+        reply = c.cmd("INCR", "rw:n")
+    assert isinstance(reply, RespError), reply          # EXEC aborted: Redis's answer
+    assert value(scrape(admin), "ttlguard_rewrite_errors_total") == 1
+    wait_for(lambda: "Redis refused ttlguard's rewrite" in p.stderr(), 5, "the warning")
+    line = [l for l in p.stderr().splitlines() if "Redis refused ttlguard's rewrite" in l][0]
+    assert "NOPERM" in line, line
+
+    q, admin2 = proxy_with_admin(make_proxy, r)        # the default user: allowed everything
+    with Conn(q.port) as c:
+        assert c.cmd("INCR", "rw:m") == 1
+        assert 0 < c.cmd("TTL", "rw:m") <= 900
+    assert value(scrape(admin2), "ttlguard_rewrite_errors_total") == 0
