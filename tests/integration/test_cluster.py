@@ -1321,3 +1321,59 @@ def test_check_config_refuses_cluster_mistakes(case, tmp_path):
     assert rc == 1, out
     allowed = ["%s:%d:" % (conf, 2 + [k for k, _ in items].index(k)) for k in lines_ok]
     assert any(a in out for a in allowed), (allowed, out)
+
+
+def test_audit_walks_every_primary(cluster, cproxy):
+    """ttlguard audit --cluster, with the proxy's own config (its first seed
+    is where the audit asks CLUSTER SHARDS): every primary is walked, the
+    totals add up and each node's line has its own share. Keys are written
+    straight to the nodes (writers that bypass the proxy): per primary, 3
+    leaked au: keys and 1 with a TTL. --from-replicas reads the same keys
+    from a replica of each shard (READONLY), and --fix --yes gives every
+    leaked key the rule's TTL on its primary."""
+    sections = '[ttl "au:"]\nttl = 600\naction = rewrite\n'
+    p = cproxy(cluster, sections=sections)
+    primaries = cluster.primaries()
+    want = {}
+    for n in primaries:
+        keys = cluster.keys_for_slot_owner(n, 4, prefix="au:")
+        with Conn(n["port"]) as d:
+            for k in keys[:3]:
+                assert d.cmd("SET", k, "v") == b"OK"
+            assert d.cmd("SET", keys[3], "v", "EX", 1000) == b"OK"
+        want["127.0.0.1:%d" % n["port"]] = keys
+
+    def audit(*extra):
+        r = subprocess.run([harness.TTLG_BIN, "audit", "--config", p.config_path, "--cluster",
+                            "--json"] + list(extra), capture_output=True, text=True,
+                           timeout=harness.slow(60))
+        return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None, r.stderr
+
+    try:
+        rc, rep, err = audit()
+        assert rc == 1, (rc, err)                       # leaked keys were found
+        assert rep["scan"]["leaked"] == 3 * len(primaries), rep["scan"]
+        nodes = {n["node"]: n for n in rep["nodes"]}
+        assert set(nodes) == set(want), (nodes, want)
+        assert all(n["leaked"] == 3 and n["role"] == "master" for n in nodes.values()), nodes
+        assert sum(n["keys"] for n in nodes.values()) == rep["scan"]["keys"]
+        assert rep["backend"].startswith("cluster of 127.0.0.1:%d (%d primaries)"
+                                         % (cluster.ports[0], len(primaries))), rep["backend"]
+
+        rc, rep, err = audit("--from-replicas")
+        assert rc == 1, (rc, err)
+        assert rep["scan"]["leaked"] == 3 * len(primaries), rep["scan"]
+        assert all(n["role"] == "replica" for n in rep["nodes"]), rep["nodes"]
+        assert not set(n["node"] for n in rep["nodes"]) & set(want)
+
+        rc, rep, err = audit("--fix", "--yes")
+        assert rep is not None and rep["scan"]["leaked"] == 3 * len(primaries), (rc, err)
+        for node, keys in want.items():
+            with Conn(int(node.split(":")[1])) as d:
+                for k in keys[:3]:
+                    assert 590 <= d.cmd("TTL", k) <= 600, (node, k)
+                assert 990 <= d.cmd("TTL", keys[3]) <= 1000, "a key with a TTL keeps its own"
+    finally:
+        for node, keys in want.items():
+            with Conn(int(node.split(":")[1])) as d:
+                d.cmd("DEL", *keys)
