@@ -333,8 +333,8 @@ static void render_metrics(struct evbuf *b)
     m_sample(b, "ttlguard_bytes_total", "direction=\"backend_to_proxy\"", st->bytes_from_backends);
     m_sample(b, "ttlguard_bytes_total", "direction=\"proxy_to_client\"", st->bytes_to_clients);
 
-    /* Every (effect, action) of every rule that can have violations, zeros
-     * included, so that rate() sees a series from its first increment. */
+    /* Every possible (effect, action) of every rule that can have violations,
+     * zeros included, so that rate() sees a series from its first increment. */
     m_family(b, "ttlguard_violations_total", "counter",
              "Writes that would leave a key without a TTL (or break a TTL bound), by rule, "
              "effect and action taken. Since the last reload.");
@@ -344,6 +344,8 @@ static void render_metrics(struct evbuf *b)
             continue;
         for (int e = 0; e < EFF__COUNT; e++) {
             for (int a = 0; a < EACT__COUNT; a++) {
+                if (!ev_pair_possible(e, a))
+                    continue;
                 rule_label(&lab, r);
                 evbuf_printf(&lab, ",effect=\"%s\",action=\"%s\"", ev_effect_name(e),
                              ev_action_name(a));

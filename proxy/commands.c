@@ -372,10 +372,10 @@ static int opt_msetex(int argc, const struct slice *argv, unsigned feat, struct 
 }
 
 /* COPY source destination [DB db] [REPLACE]. The destination gets the
- * source's TTL (or none). Another database is out of the proxy's sight: -2. */
+ * source's TTL (or none); in another database it is carried there. */
 static int opt_copy(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
-    int replace = 0, other_db = 0;
+    int replace = 0, db_argi = -1;
     long long db;
 
     for (int j = 3; j < argc; j++) {
@@ -384,16 +384,59 @@ static int opt_copy(int argc, const struct slice *argv, unsigned feat, struct sp
         } else if (arg_is(argv[j], "db") && j + 1 < argc) {
             if (slice_to_ll(argv[++j], &db) < 0 || db < INT_MIN || db > INT_MAX)
                 return -1;
-            other_db = 1;
+            db_argi = j;
         } else {
             return -1;
         }
     }
-    if (other_db)
-        return -2;
+    if (db_argi >= 0) {
+        /* The same name is fine in another database; whether the caller's
+         * is another one, Redis decides. */
+        use[1].effect = TE_CARRY;
+        use[1].db_argi = db_argi;
+        return 0;
+    }
     if (argv[1].len == argv[2].len && memcmp(argv[1].p, argv[2].p, argv[1].len) == 0)
         return -1;                          /* "source and destination objects are the same" */
     use[1].effect = replace ? TE_OVERWRITE : TE_CREATE;
+    return 0;
+}
+
+/* MOVE key db: the key is carried to database db. */
+static int opt_move(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
+{
+    (void)argc;
+    (void)argv;
+    (void)feat;
+    use[0].db_argi = 2;
+    return 0;
+}
+
+/* MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw]
+ * [KEYS key...]: the keys leave for another server. With KEYS, the key
+ * argument must be empty and is not a key. */
+static int opt_migrate(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
+{
+    (void)feat;
+    for (int j = 6; j < argc; j++) {
+        int more = argc - j - 1;
+
+        if (arg_is(argv[j], "copy") || arg_is(argv[j], "replace")) {
+            continue;
+        } else if (arg_is(argv[j], "auth") && more >= 1) {
+            j++;
+        } else if (arg_is(argv[j], "auth2") && more >= 2) {
+            j += 2;
+        } else if (arg_is(argv[j], "keys")) {
+            if (argv[3].len != 0)
+                return -1;
+            use[0].effect = TE_NONE;
+            return 0;
+        } else {
+            return -1;
+        }
+    }
+    use[1].effect = TE_NONE;
     return 0;
 }
 
@@ -804,7 +847,7 @@ const struct command command_table[] = {
     CONTAINER_SINCE(NEVER, V90, "cluster", -2, W | CMD_PARTIAL, cluster_subs),
     ROW("copy", -3, W, opt_copy,
         KEY("source", AT(1), NONE),
-        KEY_BY_OPTIONS("destination", AT(2), E(CREATE) | E(OVERWRITE))),
+        KEY_BY_OPTIONS("destination", AT(2), E(CREATE) | E(OVERWRITE) | E(CARRY))),
     /* Deletes the key when its value is the given one. */
     ROW_SINCE(NEVER, V90, "delifeq", 3, W, NULL, KEY("key", AT(1), NONE)),
     /* DEBUG POPULATE, RELOAD, ... create or reload keys behind the table's back. */
@@ -865,11 +908,11 @@ const struct command command_table[] = {
     ROW("lset", 4, W, NULL, KEY("key", AT(1), NONE)),
     ROW("ltrim", 4, W, NULL, KEY("key", AT(1), NONE)),
     /* Writes another server. */
-    ROW("migrate", -6, W | CMD_UNVERIFIED, NULL,
-        KEY("key", AT(3), NONE), KEY("key", AFTER("KEYS", -2, -1, 1, 0), NONE)),
-    /* The key leaves this database; in the other one it keeps its TTL, and an
-     * existing key there makes MOVE fail: nothing loses a TTL. */
-    ROW("move", 3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW("migrate", -6, W, opt_migrate,
+        KEY("key", AT(3), CARRY), KEY("key", AFTER("KEYS", -2, -1, 1, 0), CARRY)),
+    /* The key leaves this database with its TTL; an existing key in the other
+     * one makes MOVE fail. */
+    ROW("move", 3, W, opt_move, KEY("key", AT(1), CARRY)),
     ROW("mset", -3, W, opt_mset, KEY("key", RANGE(1, -1, 2), OVERWRITE)),
     /* All or nothing: when one key exists none is written. */
     ROW_SINCE(NEVER, V91, "msetex", -4, W, opt_msetex,
@@ -1140,6 +1183,7 @@ static int spec_keys(const struct key_spec *ks, const struct spec_use *u, int ar
         out[n].effect = u->effect;
         out[n].ttl_unit = u->effect == TE_SETS_TTL ? u->ttl_unit : 0;
         out[n].ttl_argi = u->effect == TE_SETS_TTL ? u->ttl_argi : -1;
+        out[n].db_argi = u->effect == TE_CARRY ? u->db_argi : -1;
         n++;
     }
     return n;
@@ -1172,6 +1216,7 @@ int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
         use[i].effect = c->specs[i].effect;
         use[i].ttl_unit = TTL_SEC;
         use[i].ttl_argi = -1;
+        use[i].db_argi = -1;
         use[i].argi = -1;
     }
     if (c->options != NULL) {
@@ -1199,6 +1244,7 @@ const char *ttl_effect_name(enum ttl_effect e)
     case TE_OVERWRITE:  return "overwrite";
     case TE_PERSIST:    return "persist";
     case TE_SETS_TTL:   return "sets-ttl";
+    case TE_CARRY:      return "carry";
     }
     return "?";
 }
@@ -1262,7 +1308,7 @@ static void print_spec(FILE *out, const struct key_spec *ks)
             print_range(out, ks);
     }
     fputc(':', out);
-    for (int e = TE_NONE; e <= TE_SETS_TTL; e++) {
+    for (int e = TE_NONE; e <= TE_CARRY; e++) {
         if (ks->may & (1u << e)) {
             fprintf(out, "%s%s", sep, ttl_effect_name((enum ttl_effect)e));
             sep = "|";
@@ -1292,7 +1338,7 @@ int command_key_args(const struct cmd_info *ci, int argc, const struct slice *ar
     if (c->flags & CMD_KEYS_UNKNOWN)
         return -1;
     for (int i = 0; i < c->nspecs; i++) {
-        struct spec_use u = { .effect = TE_CREATE, .ttl_argi = -1, .argi = -1 };
+        struct spec_use u = { .effect = TE_CREATE, .ttl_argi = -1, .db_argi = -1, .argi = -1 };
         int m;
 
         if (c->specs[i].begin == KS_OPTION)

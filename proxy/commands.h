@@ -27,6 +27,8 @@ enum ttl_effect {
                        (SET, GETSET, MSET, *STORE destinations, BITOP, COPY ... REPLACE, RENAME target) */
     TE_PERSIST,     /* removes the TTL explicitly (PERSIST, GETEX ... PERSIST) */
     TE_SETS_TTL,    /* sets an explicit TTL (SET ... EX, SETEX, GETEX ... EX, EXPIRE family, RESTORE ttl>0) */
+    TE_CARRY,       /* goes to another database (MOVE, COPY ... DB n) or server (MIGRATE) with the
+                       TTL it has, or the source's: one that has none arrives without */
 };
 
 /* How the TTL argument of a TE_SETS_TTL key is expressed. */
@@ -86,6 +88,8 @@ struct key_ref {
     unsigned char effect;       /* enum ttl_effect, never TE_NONE in command_keys() output */
     unsigned char ttl_unit;     /* enum ttl_unit, for TE_SETS_TTL */
     int ttl_argi;               /* for TE_SETS_TTL: argv index of the TTL value; -1 otherwise */
+    int db_argi;                /* for TE_CARRY: argv index of the destination database; -1:
+                                   another server (MIGRATE) */
 };
 
 struct command;     /* opaque row of the table */

@@ -48,6 +48,7 @@ struct spec_use {
     unsigned char effect;       /* enum ttl_effect */
     unsigned char ttl_unit;     /* enum ttl_unit, for TE_SETS_TTL */
     int ttl_argi;               /* for TE_SETS_TTL: where the TTL is */
+    int db_argi;                /* for TE_CARRY: where the destination database is; -1: none */
     int argi;                   /* KS_OPTION: where the key is; -1 when the option is absent */
 };
 

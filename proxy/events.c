@@ -431,6 +431,8 @@ const char *ev_effect_name(enum ev_effect e)
     case EFF_PERSIST:             return "persist";
     case EFF_EXCEEDS_MAX_TTL:     return "exceeds-max-ttl";
     case EFF_EXTENDS_TTL:         return "extends-ttl";
+    case EFF_MOVES_WITHOUT_TTL:   return "moves-without-ttl";
+    case EFF_FOUND_WITHOUT_TTL:   return "found-without-ttl";
     case EFF__COUNT:              break;
     }
     return "?";
@@ -442,6 +444,7 @@ const char *ev_action_name(enum ev_action a)
     case EACT_REWRITTEN: return "rewritten";
     case EACT_REJECTED:  return "rejected";
     case EACT_LOGGED:    return "logged";
+    case EACT_OBSERVED:  return "observed";
     case EACT__COUNT:    break;
     }
     return "?";

@@ -36,6 +36,9 @@ enum ev_effect {
     EFF_PERSIST,                /* "persist" */
     EFF_EXCEEDS_MAX_TTL,        /* "exceeds-max-ttl" */
     EFF_EXTENDS_TTL,            /* "extends-ttl" */
+    EFF_MOVES_WITHOUT_TTL,      /* "moves-without-ttl": MOVE, COPY ... DB, MIGRATE of a key
+                                   that may have none */
+    EFF_FOUND_WITHOUT_TTL,      /* "found-without-ttl": the watcher saw a write leave one */
     EFF__COUNT
 };
 
@@ -43,8 +46,16 @@ enum ev_action {
     EACT_REWRITTEN,             /* "rewritten" */
     EACT_REJECTED,              /* "rejected" */
     EACT_LOGGED,                /* "logged" */
+    EACT_OBSERVED,              /* "observed": by the watcher, after the fact */
     EACT__COUNT
 };
+
+/* Can a violation have this effect and action? The watcher's are its own:
+ * `found-without-ttl` goes with `observed` only. */
+static inline int ev_pair_possible(enum ev_effect e, enum ev_action a)
+{
+    return (e == EFF_FOUND_WITHOUT_TTL) == (a == EACT_OBSERVED);
+}
 
 /* Who sent the command. addr and name may be NULL. */
 struct ev_client {

@@ -60,6 +60,34 @@ static const char FIX_LUA[] =
     "for i,k in ipairs(KEYS) do if redis.call('PTTL',k)==-1 then "
     "redis.call('EXPIRE',k,ARGV[i]) end end return 0";
 
+/* MOVE and COPY ... DB n, the key carried to database ARGV[2]. ARGV[1] 'w':
+ * after the command, KEYS[1] (the destination) gets ARGV[3] seconds there if
+ * it has no TTL; 'r': refused with error ARGV[3] when KEYS[1] (the source)
+ * has none. Then the command and its arguments. A script may SELECT since
+ * Redis 7.0 without changing its caller's database. */
+static const char INTO_DB_LUA[] =
+    "local m=ARGV[1] "
+    "if m=='r' and redis.call('PTTL',KEYS[1])==-1 then return redis.error_reply(ARGV[3]) end "
+    "local r=redis.pcall(unpack(ARGV,4)) "
+    "if m=='w' and r==1 then redis.call('SELECT',ARGV[2]) "
+    "if redis.call('PTTL',KEYS[1])==-1 then redis.call('EXPIRE',KEYS[1],ARGV[3]) end end "
+    "return r";
+
+/* MIGRATE: the keys leave for another server. ARGV[i] per key: 'r', refused
+ * with error ARGV[n+i] when KEYS[i] has no TTL; 'w', given ARGV[n+i] seconds
+ * before it leaves, taken back if the migration fails (it changes nothing
+ * then). Then the command. */
+static const char LEAVE_LUA[] =
+    "local n=#KEYS local g={} "
+    "for i=1,n do if ARGV[i]=='r' and redis.call('PTTL',KEYS[i])==-1 then "
+    "return redis.error_reply(ARGV[n+i]) end end "
+    "for i=1,n do if ARGV[i]=='w' and redis.call('PTTL',KEYS[i])==-1 then "
+    "redis.call('EXPIRE',KEYS[i],ARGV[n+i]) g[#g+1]=KEYS[i] end end "
+    "local r=redis.pcall(unpack(ARGV,2*n+1)) "
+    "if type(r)=='table' and (r.err or r.ok=='NOKEY') then "
+    "for _,k in ipairs(g) do redis.call('PERSIST',k) end end "
+    "return r";
+
 /* One key's finding. */
 struct finding {
     int argi;                   /* the key in argv */
@@ -193,17 +221,23 @@ static void sb_key(struct sbuf *b, struct slice key)
         sbuf_add(b, "...", 3);
 }
 
-static void build_reject(struct sbuf *b, struct slice cmd, enum cmd_id id, struct slice key,
-                         const struct finding *f)
+/* The command's name for an error line: upper case, printable, bounded. */
+static void cmd_upper(struct slice cmd, char name[33])
 {
-    const struct rule *r = f->rule;
-    char name[33];
     size_t n = cmd.len < 32 ? cmd.len : 32;
     for (size_t i = 0; i < n; i++) {
         char c = cmd.p[i];
         name[i] = (char)((c >= 'a' && c <= 'z') ? c - 32 : (c < 0x20 || c > 0x7e) ? '?' : c);
     }
     name[n] = '\0';
+}
+
+static void build_reject(struct sbuf *b, struct slice cmd, enum cmd_id id, struct slice key,
+                         const struct finding *f)
+{
+    const struct rule *r = f->rule;
+    char name[33];
+    cmd_upper(cmd, name);
 
     b->len = 0;
     sb_printf(b, "-TTLGUARD %s would ", name);
@@ -251,6 +285,25 @@ static void build_reject(struct sbuf *b, struct slice cmd, enum cmd_id id, struc
     sbuf_add(b, "\r\n", 2);
 }
 
+/* The refusal INTO_DB_LUA or LEAVE_LUA sends when a key has no TTL: no
+ * "-" and no CRLF, the script adds them. */
+static void build_carry_reject(struct sbuf *b, struct slice cmd, struct slice key,
+                               const struct rule *r, const char *where, int copy)
+{
+    char name[33];
+    cmd_upper(cmd, name);
+    b->len = 0;
+    sb_printf(b, "TTLGUARD %s would carry '", name);
+    sb_key(b, key);
+    long long ttl = r->ttl > 0 ? r->ttl : 3600;
+    sb_printf(b, "' to %s without a TTL (rule %s): ", where, r->label);
+    if (copy)
+        sb_printf(b, "the copy takes the source's TTL: give the source one first, or copy in "
+                     "a script that then runs SELECT db; EXPIRE key %lld NX", ttl);
+    else
+        sb_printf(b, "give it one first: EXPIRE key %lld NX", ttl);
+}
+
 static int unknown_rank(enum rule_unknown u)
 {
     return u == UNKNOWN_REJECT ? 2 : u == UNKNOWN_LOG ? 1 : 0;
@@ -259,15 +312,11 @@ static int unknown_rank(enum rule_unknown u)
 static void build_unjudged_reject(struct sbuf *b, struct slice cmd, const struct rule *r,
                                   const char *why)
 {
+    char name[33];
+    cmd_upper(cmd, name);
     b->len = 0;
-    sb_str(b, "-TTLGUARD ");
-    for (size_t i = 0; i < cmd.len && i < 32; i++) {
-        char c = cmd.p[i];
-        c = (char)((c >= 'a' && c <= 'z') ? c - 32 : (c < 0x20 || c > 0x7e) ? '?' : c);
-        sbuf_add(b, &c, 1);
-    }
-    sb_printf(b, ": %s, and rule %s has unknown = reject: send it straight to the server, "
-                 "or set unknown = log in that rule\r\n", why, r->label);
+    sb_printf(b, "-TTLGUARD %s: %s, and rule %s has unknown = reject: send it straight to "
+                 "the server, or set unknown = log in that rule\r\n", name, why, r->label);
 }
 
 /* The request's bytes after its "*N\r\n" line, for reuse in a rewrite. */
@@ -342,6 +391,160 @@ static enum verdict check_script(const struct config *cfg, const struct request 
     return V_FORWARD;
 }
 
+static enum verdict unjudged(const struct config *cfg, const struct request *req,
+                             const struct policy_ctx *ctx, const char *why, struct rewrite *rw);
+
+/* The guard record: the command's name, then each key the server may
+ * refuse, each as a 4-byte length and the bytes. */
+static void guard_add(struct sbuf *b, struct slice s)
+{
+    uint32_t n = (uint32_t)s.len;
+    sbuf_add(b, &n, sizeof n);
+    sbuf_add(b, s.p, s.len);
+}
+
+static int guard_next(const char **p, const char *end, struct slice *out)
+{
+    uint32_t n;
+    if ((size_t)(end - *p) < sizeof n)
+        return -1;
+    memcpy(&n, *p, sizeof n);
+    *p += sizeof n;
+    if ((size_t)(end - *p) < n)
+        return -1;
+    out->p = *p;
+    out->len = n;
+    *p += n;
+    return 0;
+}
+
+int policy_guard_refused(const struct config *cfg, const char *guard, size_t len,
+                          const char *err, size_t errlen, const struct ev_client *client)
+{
+    static const char mark[] = " would carry '";
+    const char *p = guard, *end = guard + len;
+    struct slice name, key;
+    struct sbuf esc = { 0 };
+
+    if (errlen < 10 || memcmp(err, "-TTLGUARD ", 10) != 0 || guard_next(&p, end, &name) < 0)
+        return 0;
+    const char *at = memmem(err, errlen, mark, sizeof mark - 1);
+    if (at == NULL)
+        return 0;
+    at += sizeof mark - 1;
+    size_t seen = errlen - (size_t)(at - err);      /* the error may be cut short */
+    while (guard_next(&p, end, &key) == 0) {
+        esc.len = 0;
+        sb_key(&esc, key);
+        sbuf_add(&esc, "'", 1);
+        size_t n = esc.len < seen ? esc.len : seen;
+        if (memcmp(esc.p, at, n) == 0) {
+            const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
+            events_violation(r, name, key, EFF_MOVES_WITHOUT_TTL, EACT_REJECTED, client);
+            break;
+        }
+    }
+    free(esc.p);
+    return 1;
+}
+
+/* MOVE, COPY ... DB n, MIGRATE: keys go to another database or server with
+ * the TTL they have. Only one that has none already (leaked, or older than
+ * its rule) arrives without, and only the server knows which: the command
+ * runs in a script that checks, atomically. Rewrite gives such a key its
+ * rule's TTL where it lands (before it leaves, for MIGRATE); reject refuses
+ * the command, and its event is recorded when the server did refuse it
+ * (policy_guard_refused()); log records every such command. */
+static enum verdict check_carry(const struct config *cfg, const struct request *req, int nk,
+                                const struct policy_ctx *ctx, struct rewrite *rw)
+{
+    struct slice name = req->argv[0];
+    int np = 0, nrej = 0;
+    int db_argi = keys[0].db_argi;
+
+    for (int i = 0; i < nk; i++) {
+        struct slice key = req->argv[keys[i].argi];
+        const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
+        if (r->kind == RULE_DURABLE) {
+            events_durable_write(r, name, key, 0, ctx->client);
+            continue;
+        }
+        if (r->action == ACTION_ALLOW ||
+            (r->action == ACTION_REWRITE && r->ttl <= 0))
+            continue;
+        if (r->action == ACTION_LOG) {
+            events_violation(r, name, key, EFF_MOVES_WITHOUT_TTL, EACT_LOGGED, ctx->client);
+            continue;
+        }
+        if (r->action == ACTION_REWRITE)
+            events_violation(r, name, key, EFF_MOVES_WITHOUT_TTL, EACT_REWRITTEN, ctx->client);
+        else
+            nrej++;
+        found[np].argi = keys[i].argi;
+        found[np].rule = r;
+        found[np].action = r->action == ACTION_REWRITE ? EACT_REWRITTEN : EACT_REJECTED;
+        np++;
+    }
+    if (np == 0)
+        return V_FORWARD;
+    if (req->argc + 3 * np >= MAX_WRAP_ARGS)
+        return unjudged(cfg, req, ctx, "too many keys for the proxy's script", rw);
+    if (nrej > 0)
+        guard_add(&rw->guard, name);
+
+    struct sbuf *b = &rw->pre;
+    struct sbuf msg = { 0 };
+    if (db_argi >= 0) {
+        /* One key: MOVE's, or COPY's destination, whose TTL is the source's. */
+        const struct finding *f = &found[0];
+        int reject = f->action == EACT_REJECTED;
+        int src = reject ? 1 : f->argi;
+        sb_printf(b, "*%d\r\n", 3 + 1 + 3 + req->argc);
+        sb_bulk_str(b, "EVAL");
+        sb_bulk_str(b, INTO_DB_LUA);
+        sb_bulk_str(b, "1");
+        sb_bulk(b, req->argv[src].p, req->argv[src].len);
+        sb_bulk_str(b, reject ? "r" : "w");
+        sb_bulk(b, req->argv[db_argi].p, req->argv[db_argi].len);
+        if (reject) {
+            char where[40];
+            snprintf(where, sizeof where, "db %.*s",
+                     (int)(req->argv[db_argi].len > 20 ? 20 : req->argv[db_argi].len),
+                     req->argv[db_argi].p);
+            build_carry_reject(&msg, name, req->argv[f->argi], f->rule, where, src != f->argi);
+            sb_bulk(b, msg.p, msg.len);
+            guard_add(&rw->guard, req->argv[f->argi]);
+        } else {
+            sb_bulk_ll(b, f->rule->ttl);
+        }
+    } else {
+        sb_printf(b, "*%d\r\n", 3 + 3 * np + req->argc);
+        sb_bulk_str(b, "EVAL");
+        sb_bulk_str(b, LEAVE_LUA);
+        sb_bulk_ll(b, np);
+        for (int i = 0; i < np; i++)
+            sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+        for (int i = 0; i < np; i++)
+            sb_bulk_str(b, found[i].action == EACT_REJECTED ? "r" : "w");
+        for (int i = 0; i < np; i++) {
+            const struct finding *f = &found[i];
+            if (f->action != EACT_REJECTED) {
+                sb_bulk_ll(b, f->rule->ttl);
+                continue;
+            }
+            build_carry_reject(&msg, name, req->argv[f->argi], f->rule, "another server", 0);
+            sb_bulk(b, msg.p, msg.len);
+            guard_add(&rw->guard, req->argv[f->argi]);
+        }
+    }
+    free(msg.p);
+    if (!req->inline_cmd)
+        rw->orig_args = args_span(req);
+    else
+        sb_args(b, req->argc, req->argv);
+    return V_REWRITE;
+}
+
 /* A command the proxy cannot judge: the rule option `unknown` of the rules
  * its keys fall under decides (the strictest of them); the default rule's
  * when it names no key; the strictest of every rule when its keys cannot be
@@ -396,6 +599,7 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     rw->followup.len = 0;
     rw->err.len = 0;
     rw->orig_args.len = 0;
+    rw->guard.len = 0;
 
     if (policy_inactive(cfg))
         return V_FORWARD;
@@ -421,6 +625,8 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
         return V_FORWARD;
     if (flags & CMD_SCRIPT)
         return check_script(cfg, req, nk, ctx, rw);
+    if (keys[0].effect == TE_CARRY)
+        return check_carry(cfg, req, nk, ctx, rw);
 
     int nf = 0, reject = -1, rewrite = 0;
     const char *derived = flags & CMD_DERIVED ?

@@ -38,6 +38,8 @@ struct rewrite {
     struct sbuf followup;   /* when .len > 0: a request to send after this one, whose reply
                                the proxy swallows (blocking commands, scripts) */
     struct sbuf err;        /* V_REJECT: the error line, CRLF included */
+    struct sbuf guard;      /* V_REWRITE: when .len > 0, the server may refuse the command
+                               itself (-TTLGUARD ...): keep this for policy_guard_refused() */
 };
 
 struct policy_ctx {
@@ -52,6 +54,12 @@ struct policy_ctx {
 /* Decide what to do with req under cfg. Cheap when no rule can apply. */
 enum verdict policy_check(const struct config *cfg, const struct request *req,
                           const struct policy_ctx *ctx, struct rewrite *rw);
+
+/* The server refused a request whose rewrite had a guard record, with error
+ * err (its first errlen bytes): record the rejection. 1 when it was the
+ * policy's own refusal (-TTLGUARD ...), 0 when another error. */
+int policy_guard_refused(const struct config *cfg, const char *guard, size_t len,
+                          const char *err, size_t errlen, const struct ev_client *client);
 
 /* 1 when cfg can never do anything but forward (no rules, default allow). */
 int policy_inactive(const struct config *cfg);

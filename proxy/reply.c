@@ -140,6 +140,14 @@ static void apply_reply(struct session *s, struct pending *head, char type)
         if (type == '+')
             remember_carried(s, head);
         break;
+    case PW_GUARD:
+        if (type == '-') {
+            struct ev_client c;
+            if (policy_guard_refused(s->srv->cfg, head->local, head->local_len, s->peek,
+                                     s->peeklen, session_client(s, &c)))
+                s->srv->stats.rejected++;
+        }
+        break;
     default:
         break;
     }

@@ -676,16 +676,15 @@ static int track_client_reply(struct session *s, const struct request *req, enum
 }
 
 /* Who is asking, for the event log. */
-static const struct ev_client *client_info(struct session *s, struct ev_client *c);
 
 /* The client's address, for log lines. */
 static const char *client_name(struct session *s)
 {
     struct ev_client c;
-    return client_info(s, &c)->addr;
+    return session_client(s, &c)->addr;
 }
 
-static const struct ev_client *client_info(struct session *s, struct ev_client *c)
+const struct ev_client *session_client(struct session *s, struct ev_client *c)
 {
     if (s->client_addr == NULL) {
         struct sockaddr_storage ss;
@@ -949,7 +948,7 @@ static enum verdict judge(struct session *s, const struct request *req,
     struct policy_ctx ctx = {
         .cmd = pl->ci, .resp3 = s->resp3, .in_multi = s->in_multi,
         .can_multi = !s->in_multi && !s->watching && pl->replies && !s->reply_off,
-        .client = client_info(s, &c),
+        .client = session_client(s, &c),
     };
     return policy_check(s->srv->cfg, req, &ctx, rw);
 }
@@ -1051,6 +1050,12 @@ static void expect_replies(struct session *s, const struct request *req,
         pe.subkind = TOPO_EXEC;
         pe.local = xmemdup(s->multi_topo.p, s->multi_topo.len);
         pe.local_len = (uint32_t)s->multi_topo.len;
+        pe.local_owned = 1;
+    }
+    if (rw->guard.len > 0 && !pl->queued && pe.what == PW_PLAIN) {
+        pe.what = PW_GUARD;
+        pe.local = xmemdup(rw->guard.p, rw->guard.len);
+        pe.local_len = (uint32_t)rw->guard.len;
         pe.local_owned = 1;
     }
     if (pe.remaining != 0) {            /* RESP3 pub/sub: confirmations are pushes */

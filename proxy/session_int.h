@@ -53,6 +53,8 @@ enum pend_what {
                        EXEC (TOPO_EXEC) `local` has the kind of each element */
     PW_CARRY,       /* CLIENT SETINFO / NO-EVICT of a shared session: +OK makes the session
                        remember it (`local`: the argument, owned; subkind: enum carried) */
+    PW_GUARD,       /* a rewrite the server itself may refuse (-TTLGUARD ...): `local` holds
+                       the policy's guard record (owned) for the event */
 };
 
 /* Where in an EXEC reply of the proxy's own MULTI the bytes are. */
@@ -166,6 +168,8 @@ void toc_add(struct session *s, const char *p, size_t n, int copy);
  * they are ('R'), redirects to rewrite once the read is done ('M'). */
 void park_add(struct session *s, char kind, const char *p, size_t n);
 void session_unpark(struct session *s);
+/* Who s is, for an event (c is filled and returned). */
+const struct ev_client *session_client(struct session *s, struct ev_client *c);
 /* Close once everything owed has been written (close_after_flush). */
 void maybe_finish(struct session *s);
 /* The reply to SYNC/PSYNC is next: the connection becomes a replication stream. */

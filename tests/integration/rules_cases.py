@@ -21,7 +21,9 @@ prefix of the rule being tested ("rw:k", "rj:s", ...):
           accepts (variant b; each written key then gets PEXPIRE ORIG_MS);
           empty when there is no variant (b)
   writes  {placeholder: effect} for every key the command writes, effect one
-          of create / overwrite / persist / sets-ttl / none (see commands.h);
+          of create / overwrite / persist / sets-ttl / carry / none (see
+          commands.h; carry: the key goes to another database or server,
+          judged there by test_carry.py);
           keys not listed (sources) must come out as they would straight
           from Redis
   noop_a, noop_b  the command leaves the written key alone in that variant
@@ -191,8 +193,13 @@ ALL_CASES = [
       noop_b=True),
     C("copy-replace", "COPY {s} {k} REPLACE", {"k": "overwrite"}, setup=["SET {s} v"],
       exist=["SET {k} a"]),
-    C("copy-db", "COPY {s} {k} DB 1", {}, setup=["SET {s} v"],
-      note="destination in another db: not judged, passes"),
+    C("copy-db", "COPY {s} {k} DB 1", {"k": "carry"}, setup=["SET {s} v PX 3000000"],
+      note="the copy in db 1 takes the source's TTL; a source without one: test_carry.py"),
+    C("move", "MOVE {k} 1", {"k": "carry"}, exist=["SET {k} a"],
+      note="the key leaves db 0 with its TTL; a key without one: test_carry.py"),
+    C("migrate", "MIGRATE 127.0.0.1 1 {k} 0 100", {"k": "carry"}, exist=["SET {k} a"],
+      note="nothing listens on port 1: NOKEY or IOERR, nothing changes; test_carry.py "
+           "migrates to a second server"),
     C("rename", "RENAME {s} {k}", {"k": "overwrite"}, setup=["SET {s} v"],
       exist=["SET {k} a"]),
     C("renamenx", "RENAMENX {s} {k}", {"k": "create"}, setup=["SET {s} v"],

@@ -40,7 +40,7 @@ import probe_ttl_effects as probe  # noqa: E402
 
 SCRIPTS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
 EXPIRES = {"expire", "pexpire", "expireat", "pexpireat"}
-UNVERIFIED_AT_LEAST = {"swapdb", "migrate"}
+UNVERIFIED_AT_LEAST = {"swapdb"}
 # Containers with write subcommands, on the servers that have those.
 CONTAINERS_WITH_WRITES = {"xgroup": probe.EVERY, "function": probe.EVERY, "cluster": probe.V90}
 

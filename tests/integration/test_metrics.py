@@ -42,8 +42,11 @@ def ttl_rule(prefix, action, ttl=100, **extra):
 
 
 SECTIONS = ttl_rule("rw:", "rewrite") + ttl_rule("rj:", "reject") + durable("du:")
-EFFECTS = ["creates-without-ttl", "drops-ttl", "persist", "exceeds-max-ttl", "extends-ttl"]
+EFFECTS = ["creates-without-ttl", "drops-ttl", "persist", "exceeds-max-ttl", "extends-ttl",
+           "moves-without-ttl"]
 ACTIONS = ["rewritten", "rejected", "logged"]
+# The watcher's own pair.
+WATCHER = ("found-without-ttl", "observed")
 
 
 def get(port, path, method="GET", headers=None):
@@ -165,6 +168,7 @@ def test_metrics_match_a_scripted_workload(redis_srv, make_proxy, tmp_path):
             for e in EFFECTS:
                 for a in ACTIONS:
                     want[(("action", a), ("effect", e), ("rule", rule))] = 0
+            want[(("action", WATCHER[1]), ("effect", WATCHER[0]), ("rule", rule))] = 0
         want[(("action", "rewritten"), ("effect", "drops-ttl"), ("rule", 'ttl "rw:"'))] = 3
         want[(("action", "rejected"), ("effect", "drops-ttl"), ("rule", 'ttl "rj:"'))] = 2
         assert viol == want

@@ -312,7 +312,7 @@ Test(key_args, every_key_whatever_the_effect)
         argc++;
     }
     const struct cmd_info *ci = command_resolve(set, "migrate", 7);
-    cr_assert_eq(command_keys(ci, argc, argv, k), -2);
+    argv[3].len = 0;
     int n = command_key_args(ci, argc, argv, k);
     cr_assert_eq(n, 3);
     cr_assert(k[0].argi == 3 && k[1].argi == 7 && k[2].argi == 8);

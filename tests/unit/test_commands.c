@@ -106,6 +106,17 @@ static void expect_rc(const char *text, int rc)
     cr_assert_eq(n, rc, "%s: command_keys() = %d, want %d", text, n, rc);
 }
 
+/* Asserts that text carries exactly one key, at argi, to the database at
+ * db_argi (-1: another server). */
+static void expect_carry(const char *text, int argi, int db_argi)
+{
+    struct key_ref k[MAX_WORDS];
+
+    expect_one(text, argi, TE_CARRY);
+    keys_of(text, k);
+    cr_assert_eq(k[0].db_argi, db_argi, "%s: db_argi %d, want %d", text, k[0].db_argi, db_argi);
+}
+
 #define expect_malformed(text) expect_rc(text, -1)
 #define expect_nokeys(text) expect_rc(text, 0)
 
@@ -249,7 +260,7 @@ Test(flags, scripts)
 Test(flags, unverified)
 {
     cr_assert(flags_of("swapdb") & CMD_UNVERIFIED);
-    cr_assert(flags_of("migrate") & CMD_UNVERIFIED);
+    cr_assert_eq(flags_of("migrate") & CMD_UNVERIFIED, 0);
     cr_assert(flags_of("debug") & CMD_UNVERIFIED);
     cr_assert_eq(flags_of("move") & CMD_UNVERIFIED, 0);
     cr_assert_eq(flags_of("copy") & CMD_UNVERIFIED, 0);
@@ -468,10 +479,11 @@ Test(copy, replace_and_db)
     expect_one("COPY a b", 2, TE_CREATE);
     expect_one("COPY a b REPLACE", 2, TE_OVERWRITE);
     expect_one("copy a b replace replace", 2, TE_OVERWRITE);
-    /* Another database: the proxy cannot judge it. */
-    expect_rc("COPY a b DB 1", -2);
-    expect_rc("COPY a b REPLACE DB 0", -2);
-    expect_rc("COPY a a DB 1", -2);
+    /* Another database: the destination is carried there, whatever REPLACE
+     * says, and may have the source's name. */
+    expect_carry("COPY a b DB 1", 2, 4);
+    expect_carry("COPY a b REPLACE DB 0", 2, 5);
+    expect_carry("copy a a db 1 replace", 2, 4);
     expect_malformed("COPY a b DB");
     expect_malformed("COPY a b DB one");
     expect_malformed("COPY a b DB 99999999999");
@@ -483,7 +495,6 @@ Test(rename, targets)
 {
     expect_one("RENAME a b", 2, TE_OVERWRITE);
     expect_one("RENAMENX a b", 2, TE_CREATE);
-    expect_nokeys("MOVE a 1");
 }
 
 Test(restore, ttl_and_replace)
@@ -754,11 +765,32 @@ Test(function, no_keys)
     expect_malformed("FUNCTION DELETE");
 }
 
+Test(carry, move_and_migrate)
+{
+    struct key_ref k[MAX_WORDS];
+
+    expect_carry("MOVE k 1", 1, 2);
+    expect_carry("MIGRATE host 6379 k 0 1000", 3, -1);
+    expect_carry("MIGRATE host 6379 k 0 1000 COPY REPLACE AUTH pw", 3, -1);
+    expect_carry("MIGRATE host 6379 k 0 1000 AUTH2 user pw", 3, -1);
+    /* KEYS: the key argument is empty and not a key. */
+    struct line l;
+    split(&l, "MIGRATE host 6379 - 0 1000 REPLACE KEYS a b");
+    l.argv[3].len = 0;
+    cr_assert_eq(keys_argv(l.argc, l.argv, k), 2);
+    cr_assert(k[0].argi == 8 && k[1].argi == 9);
+    cr_assert(k[0].effect == TE_CARRY && k[1].effect == TE_CARRY);
+    cr_assert(k[0].db_argi == -1 && k[1].db_argi == -1);
+    expect_malformed("MIGRATE host 6379 k 0 1000 KEYS a b");
+    expect_malformed("MIGRATE host 6379 k 0 1000 AUTH");
+    expect_malformed("MIGRATE host 6379 k 0 1000 AUTH2 user");
+    expect_malformed("MIGRATE host 6379 k 0 1000 FOO");
+    expect_malformed("MOVE k");
+}
+
 Test(unverified, minus_two)
 {
     expect_rc("SWAPDB 0 1", -2);
-    expect_rc("MIGRATE host 6379 k 0 1000", -2);
-    expect_rc("MIGRATE host 6379 \"\" 0 1000 KEYS a b", -2);
     expect_rc("DEBUG SLEEP 0", -2);
     /* Arity comes first. */
     expect_malformed("SWAPDB 0");

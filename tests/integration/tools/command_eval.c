@@ -3,8 +3,8 @@
  * integration tests (probe_ttl_effects.py compares it with what redis-server
  * does).
  *
- * stdin: one argv per line, each argument hex-encoded (binary safe), separated
- * by single spaces. stdout: one line per input line:
+ * stdin: one argv per line, each argument hex-encoded (binary safe; "-" for an
+ * empty one), separated by single spaces. stdout: one line per input line:
  *
  *   known=<0|1> row=<0|1> rc=<command_keys() result> [key ...]
  *   key := <argi>:<effect>:<ttl unit>:<ttl argi>     e.g. 1:sets-ttl:sec:3
@@ -42,7 +42,7 @@ static int split_hex(char *line, struct slice *argv)
     char *save = NULL;
 
     for (char *w = strtok_r(line, " \n", &save); w != NULL; w = strtok_r(NULL, " \n", &save)) {
-        size_t n = strlen(w);
+        size_t n = strcmp(w, "-") == 0 ? 0 : strlen(w);
 
         if (argc == MAX_ARGS || n % 2 != 0)
             return -1;

@@ -200,6 +200,7 @@ CASES = [
     # keyspace
     C("COPY {source} {destination}", source="string", destination="string"),
     C("COPY {source} {destination} REPLACE", source="string", destination="string"),
+    C("COPY {source} {destination} DB %d" % (DB + 1), source="string", destination="string"),
     C("DEL {key1} {key2}", key1="string", key2="list"),
     C("UNLINK {key1} {key2}", key1="string", key2="list"),
     C("EXPIRE {key} {ex}", key="string"),
@@ -209,6 +210,9 @@ CASES = [
     C("PEXPIREAT {key} {pxat}", key="string"),
     C("PERSIST {key}", key="string"),
     C("MOVE {key} %d" % (DB + 1), key="string"),
+    # Nothing listens on port 1: the keys stay (IOERR), or NOKEY.
+    C("MIGRATE 127.0.0.1 1 {key} 0 100", key="string"),
+    C("MIGRATE 127.0.0.1 1 {empty} 0 100 COPY KEYS {key1} {key2}", key1="string", key2="list"),
     C("RENAME {source} {destination}", source="string", destination="string"),
     C("RENAMENX {source} {destination}", source="string", destination="string"),
     C("RESTORE {key} 0 {dump}", key="string"),
@@ -399,6 +403,7 @@ CARRY_CASES = [
     ("RENAME {source} {destination}", DB),
     ("RENAMENX {source} {destination}", DB),
     ("MOVE {source} %d" % (DB + 1), DB + 1),
+    ("COPY {source} {destination} DB %d" % (DB + 1), DB + 1),
 ]
 
 
@@ -616,7 +621,7 @@ class TableAnswer:
 def table_answers(command_eval, argvs, server=None):
     """command_keys() for each argv (a list of bytes), in order, with the
     table as server (kind, version) has it (None: command_eval's default)."""
-    text = "".join(" ".join(a.hex() for a in argv) + "\n" for argv in argvs)
+    text = "".join(" ".join(a.hex() or "-" for a in argv) + "\n" for argv in argvs)
     cmd = [command_eval] + (["--server", server_arg(server)] if server else [])
     out = subprocess.run(cmd, input=text, capture_output=True, text=True,
                          check=True, timeout=30).stdout
@@ -638,6 +643,7 @@ def allowed_effects(a, b):
     s = set()
     if a == MISSING and b in (KEPT, DELETED):
         s.add("none")
+        s.add("carry")                  # where it goes: CARRY_CASES
     if a == NO_TTL and b == KEPT:
         s.add("create")
     if a in (NO_TTL, MISSING) and b == DROPPED:
@@ -679,6 +685,7 @@ class Probe:
             "sha_set": self.r.script_load(SCRIPT_SET).encode(),
             "sha_get": self.r.script_load(SCRIPT_GET).encode(),
             "attr": b'{"size": 3}',
+            "empty": b"",
         }
         self.r.delete(PREFIX + "dumped")
         self.r.execute_command("FUNCTION LOAD REPLACE", LIBRARY)
