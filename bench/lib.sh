@@ -8,7 +8,7 @@
 # in Release when unset and missing), WORK (a temp dir, removed on exit unless
 # KEEP_WORK=1), start_bg (every process started is stopped on exit: TERM, a
 # moment, KILL), free_port/free_range (ports of BENCH_PORTS nobody listens
-# on), cpu_ticks, ratio, first_line.
+# on), cpu_ticks, ratio, first_line, wait_ping.
 
 die() { echo "bench/$BENCH_NAME: $*" >&2; exit 1; }
 say() { echo "$*" >&2; }
@@ -70,3 +70,12 @@ start_bg() { # start_bg LOG CMD...: CMD in the background, its PID in PIDS and P
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / (b > 0 ? b : 1) }' || printf -- '-'; }
 first_line() { "$@" 2>&1 | head -n 1 || true; }
+wait_ping() { # wait_ping NAME PID PORT [redis-cli TLS options]: until PORT answers PING
+    local name=$1 pid=$2 port=$3 i; shift 3
+    for i in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || { KEEP_WORK=1; die "$name exited during start (logs: $WORK)"; }
+        [[ $(timeout 2 "$REDIS_CLI" "$@" -h 127.0.0.1 -p "$port" ping 2>/dev/null) == PONG ]] && return 0
+        sleep 0.1
+    done
+    KEEP_WORK=1; die "$name does not answer PING on 127.0.0.1:$port${*:+ (TLS)} (logs: $WORK)"
+}

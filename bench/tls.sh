@@ -46,15 +46,6 @@ done
 BENCH_NAME=tls.sh BENCH_PORTS=${BENCH_PORTS:-7300-7399} BENCH_TOOLS="openssl"
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
-wait_ping() { # wait_ping NAME PID PORT [redis-cli TLS options]: until PORT answers PING
-    local name=$1 pid=$2 port=$3 i; shift 3
-    for i in $(seq 1 100); do
-        kill -0 "$pid" 2>/dev/null || { KEEP_WORK=1; die "$name exited during start (logs: $WORK)"; }
-        [[ $(timeout 2 "$REDIS_CLI" "$@" -h 127.0.0.1 -p "$port" ping 2>/dev/null) == PONG ]] && return 0
-        sleep 0.1
-    done
-    KEEP_WORK=1; die "$name does not answer PING on 127.0.0.1:$port${*:+ (TLS)} (logs: $WORK)"
-}
 
 # A copy of the binary, so that a rebuild of build/ during the run changes nothing.
 cp "$TTLG_BIN" "$WORK/ttlguard"

@@ -30,6 +30,7 @@
 #include "events.h"
 #include "server.h"
 #include "stats.h"
+#include "watch.h"
 
 #define ADMIN_MAX_CONNS     64
 #define ADMIN_REQ_MAX       8192            /* bytes of URL + headers + body of one request */
@@ -210,6 +211,34 @@ static void m_single(struct evbuf *b, const char *name, const char *type, const 
     m_sample(b, name, NULL, v);
 }
 
+/* The watcher's numbers (watch = on). */
+static void render_watch(struct evbuf *b)
+{
+    const struct watch_stats *w = watch_stats();
+    m_single(b, "ttlguard_watch_subscribed", "gauge",
+             "1 while the watcher receives keyspace notifications.", (uint64_t)w->subscribed);
+    m_single(b, "ttlguard_watch_flags_ok", "gauge",
+             "1 when notify-keyspace-events has the flags the watcher needs.",
+             (uint64_t)w->flags_ok);
+    m_single(b, "ttlguard_watch_notifications_total", "counter",
+             "Keyspace notifications the watcher read.", w->notifications);
+    m_single(b, "ttlguard_watch_checks_total", "counter",
+             "Keys under a ttl rule the watcher checked after a write.", w->checks);
+    m_single(b, "ttlguard_watch_found_total", "counter",
+             "Keys the watcher found without a TTL.", w->found);
+    m_single(b, "ttlguard_watch_fixed_total", "counter",
+             "Keys the watcher gave their rule's TTL (rewrite rules).", w->fixed);
+    m_single(b, "ttlguard_watch_missed_total", "counter",
+             "Checks the watcher could not send (its connection down, or too many in flight).",
+             w->missed);
+    m_single(b, "ttlguard_watch_resubscribed_total", "counter",
+             "Times the watcher subscribed again after losing its subscription.",
+             w->resubscribed);
+    m_single(b, "ttlguard_watch_gap_seconds_total", "counter",
+             "Seconds without a subscription after it was lost: writes then went unseen.",
+             w->gap_ms / 1000);
+}
+
 /* A label value: Prometheus escapes \, " and newline. */
 static void label_value(struct evbuf *b, const char *s)
 {
@@ -326,6 +355,9 @@ static void render_metrics(struct evbuf *b)
     m_single(b, "ttlguard_tls_handshake_errors_total", "counter",
              "TLS client connections whose handshake failed or timed out.",
              st->tls_handshake_errors);
+
+    if (adm.srv->cfg->watch)
+        render_watch(b);
 
     m_family(b, "ttlguard_bytes_total", "counter", "Bytes moved, by direction.");
     m_sample(b, "ttlguard_bytes_total", "direction=\"client_to_proxy\"", st->bytes_from_clients);
@@ -453,14 +485,23 @@ static void render_rules(struct evbuf *b)
 
 /* ---- /healthz ------------------------------------------------------------------ */
 
+/* The watcher's trouble, if any, after the first line of /healthz. */
+static void health_text(char *text, size_t len, const char *first)
+{
+    const char *w = watch_problem();
+    snprintf(text, len, "%s%s%s", first, w, w[0] ? "\n" : "");
+}
+
 static void health_answer(struct admin_conn *c, int head, int keep_alive)
 {
-    char text[800];
+    char text[1200], first[800];
     if (adm.health_ok) {
-        answer_text(c, 200, "ok\n", head, keep_alive, NULL);
+        health_text(text, sizeof text, "ok\n");
+        answer_text(c, 200, text, head, keep_alive, NULL);
         return;
     }
-    snprintf(text, sizeof text, "backend %s: %s\n", adm.srv->backend.name, adm.health_reason);
+    snprintf(first, sizeof first, "backend %s: %s\n", adm.srv->backend.name, adm.health_reason);
+    health_text(text, sizeof text, first);
     answer_text(c, 503, text, head, keep_alive, NULL);
 }
 

@@ -106,6 +106,8 @@ static const struct conf_key conf_keys[] = {
     { "log_format",          IN_PROXY, parse_choice,   CFG(log_format),          0, 0, "text|json" },
     { "event_window",        IN_PROXY, parse_uint,     CFG(event_window),        1, DURATION_MAX, "seconds" },
     { "multiplex",           IN_PROXY, parse_onoff,    CFG(multiplex),           0, 0, NULL },
+    { "watch",               IN_PROXY, parse_onoff,    CFG(watch),               0, 0, NULL },
+    { "watch_configure",     IN_PROXY, parse_onoff,    CFG(watch_configure),     0, 0, NULL },
 
     { "backend_tls",              IN_PROXY, parse_onoff,    CFG(backend_tls),              0, 0, NULL },
     { "backend_tls_ca_cert_file", IN_PROXY, parse_optional, CFG(backend_tls_ca_cert_file), 0, 0, NULL },
@@ -933,6 +935,12 @@ static void check_cluster(struct parse *p, const struct section *s)
                 c->backend_tls ? "backend_tls = on" : "tls_listen");
         return;
     }
+    if (c->watch) {
+        fail_at(p, line_of(s, "watch"), "cluster = on with watch = on is not supported yet "
+                "(keyspace notifications are per node): run a ttlguard with watch = on and "
+                "cluster = off against each primary");
+        return;
+    }
     for (int i = 0; i < 3; i++) {
         int port = port_of(addrs[i]);
         if (port >= c->cluster_port_min && port <= c->cluster_port_max) {
@@ -961,6 +969,8 @@ static void check_section(struct parse *p, const struct section *s)
         if (p->cfg->backend_username != NULL && p->cfg->backend_password == NULL)
             fail_at(p, s->line, "[proxy] has backend_username but no backend_password: "
                     "an ACL user needs both");
+        if (p->cfg->watch_configure && !p->cfg->watch)
+            fail_at(p, line_of(s, "watch_configure"), "watch_configure = on needs watch = on");
         check_tls(p, s);
         check_cluster(p, s);
         break;

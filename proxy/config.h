@@ -39,6 +39,8 @@ struct config {
     int log_format;                 /* ttlguard's own log lines: 0 text, 1 JSON */
     unsigned event_window;          /* seconds repeats are folded; 10 */
     int multiplex;                  /* share backend connections between sessions; 1 */
+    int watch;                      /* check keys written out of sight (watch.c); 0 */
+    int watch_configure;            /* ...and set notify-keyspace-events if needed; 0 */
 
     /* TLS (tls.h). Paths are NULL when unset. */
     int backend_tls;                /* TLS to the backend; 0 */

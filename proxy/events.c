@@ -1270,6 +1270,19 @@ void events_config_rejected(const char *path, const char *reason)
     line_end(b);
 }
 
+void events_watch_gap(uint64_t gap_ms, uint64_t missed)
+{
+    if (!ev.on)
+        return;
+    struct evbuf *b = line_begin("watch_gap");
+    json_member_u64(b, "gap_ms", gap_ms);
+    json_member_u64(b, "missed_checks", missed);
+    json_member_str(b, "message", "keyspace notifications were not received for gap_ms: keys "
+                    "written meanwhile were not checked; run ttlguard audit for the rules' "
+                    "prefixes");
+    line_end(b);
+}
+
 void events_backend_policy(const struct config *cfg, const char *policy, const char *why)
 {
     size_t durable = 0, ttl = 0;

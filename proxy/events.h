@@ -126,6 +126,9 @@ void events_backend_server(const struct config *cfg, const struct command_set *s
 /* The backend's maxmemory-policy, read on the first backend connection:
  * policy is NULL when CONFIG GET was refused (managed services), with why. */
 void events_backend_policy(const struct config *cfg, const char *policy, const char *why);
+/* The watcher subscribed again after gap_ms without keyspace notifications
+ * (missed: TTL checks it could not send since start). */
+void events_watch_gap(uint64_t gap_ms, uint64_t missed);
 
 /* Counters for /metrics. */
 struct events_counters {

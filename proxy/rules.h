@@ -29,11 +29,11 @@ enum rule_action {
 
 enum rule_refresh {
     REFRESH_ALLOW,      /* EXPIRE on a key with a TTL may extend it */
-    REFRESH_BOUND,      /* the first TTL is a bound: EXPIRE becomes EXPIRE ... NX */
+    REFRESH_BOUND,      /* the first TTL is a bound: EXPIRE becomes EXPIRE ... LT */
 };
 
 /* A command the proxy cannot judge (a module command without usable key
- * specs, SWAPDB, MIGRATE, a name the backend did not list...). */
+ * specs, SWAPDB, a name the backend did not list...). */
 enum rule_unknown {
     UNKNOWN_LOG,        /* forward it, record an `unverified` event (the default) */
     UNKNOWN_ALLOW,      /* forward it, record nothing */

@@ -17,6 +17,7 @@
 #include "server.h"
 #include "session.h"
 #include "tls.h"
+#include "watch.h"
 
 #define CRON_MS             100
 #define SHUTDOWN_GRACE_MS   5000
@@ -51,6 +52,7 @@ static void finish_shutdown(struct server *srv)
         return;
     mux_shutdown();
     control_stop();
+    watch_stop();
     cluster_stop();
     tls_shutdown_module();
     if (!uv_is_closing((uv_handle_t *)&srv->cron)) {
@@ -105,6 +107,7 @@ static void on_cron(uv_timer_t *t)
         s = next;
     }
     control_cron(now, mux_in_use());
+    watch_cron(now);
     if (srv->cfg->cluster)
         cluster_cron(now);
     if (srv->shutting_down && now >= srv->shutdown_deadline) {
@@ -311,6 +314,7 @@ static void reload(struct server *srv)
         target_set(&srv->backend, srv, &backend_addr, 1);
         mux_backend_changed();
         control_backend_changed();
+        watch_backend_changed();
     }
 
     struct config *old = srv->cfg;
@@ -322,6 +326,7 @@ static void reload(struct server *srv)
     free(old);
     log_info("SIGHUP: config %s reloaded (%zu rules)", cfg->path, cfg->rules.n);
     control_probe_policy();
+    watch_apply(srv);
 }
 
 static void on_hup(uv_signal_t *h, int signum)
@@ -419,6 +424,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
         return 1;
     }
     control_start(srv);
+    watch_apply(srv);
     if (cfg->cluster)
         cluster_start(srv);
 
