@@ -10,8 +10,9 @@
 # server is built with TLS, so the TLS tests run against each), then real
 # client libraries (tests/clients/run.sh: ioredis, node-redis, python3-redis,
 # standalone and cluster), then the deployment kit checked by its own tools
-# (tests/deploy/run.sh), then the unit and integration tests again with an
-# ASan+UBSan build. The integration suite includes TLS (test_tls.py, a CA made
+# (tests/deploy/run.sh), then the libFuzzer harnesses over their seed corpora
+# and 10 s of fuzzing each (clang), then the unit and integration tests again
+# with an ASan+UBSan build. The integration suite includes TLS (test_tls.py, a CA made
 # by the test) and Redis Cluster (test_cluster.py, 6-node clusters it starts).
 #
 #   tests/run.sh               everything
@@ -36,7 +37,8 @@ done
 
 packages=(build-essential cmake pkg-config libuv1-dev libhiredis-dev libinih-dev
           libhttp-parser-dev libssl-dev openssl libcriterion-dev redis-server redis-tools python3-redis
-          python3-pytest python3-pytest-timeout tcl dpkg-dev chromium python3-pil)
+          python3-pytest python3-pytest-timeout tcl dpkg-dev chromium python3-pil
+          clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -132,6 +134,28 @@ if TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run.sh; then
 else
     failed=1; summary+=("deploy kit: FAILED")
 fi
+# The libFuzzer harnesses (tests/fuzz/, built with clang): each replays its
+# seed corpus (tests/fuzz/corpus/NAME) and fuzzes for 10 s, so a harness that
+# no longer builds or a seed that crashes fails the run. The long campaigns
+# are run by hand (README, "Reliability").
+echo "== [fuzz] tests/fuzz: seed corpora and 10 s each"
+fuzz_ok=1
+if CC=clang cmake -S . -B build-fuzz -DTTLG_FUZZ=ON -DTTLG_TESTS=OFF >/dev/null &&
+   cmake --build build-fuzz -j "$jobs" --target fuzz_request fuzz_reply fuzz_policy fuzz_config \
+       fuzz_report >/dev/null; then
+    for f in request reply policy config report; do
+        work=$(mktemp -d)
+        if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-fuzz/fuzz_$f "$work" \
+                tests/fuzz/corpus/$f -max_total_time=10 -artifact_prefix="$work/" \
+                >"$work/log" 2>&1; then
+            tail -n 40 "$work/log"; fuzz_ok=0
+        fi
+        rm -rf "$work"
+    done
+else
+    fuzz_ok=0
+fi
+if [ "$fuzz_ok" -eq 1 ]; then summary+=("fuzz harnesses: ok"); else failed=1; summary+=("fuzz harnesses: FAILED"); fi
 if [ "$asan" -eq 1 ]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TTLG_SANITIZED=1
