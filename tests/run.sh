@@ -141,9 +141,9 @@ fi
 echo "== [fuzz] tests/fuzz: seed corpora and 10 s each"
 fuzz_ok=1
 if CC=clang cmake -S . -B build-fuzz -DTTLG_FUZZ=ON -DTTLG_TESTS=OFF >/dev/null &&
-   cmake --build build-fuzz -j "$jobs" --target fuzz_request fuzz_reply fuzz_policy fuzz_config \
+   cmake --build build-fuzz -j "$jobs" --target fuzz_request fuzz_reply fuzz_policy fuzz_config fuzz_admin \
        fuzz_report >/dev/null; then
-    for f in request reply policy config report; do
+    for f in request reply policy config report admin; do
         work=$(mktemp -d)
         if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-fuzz/fuzz_$f "$work" \
                 tests/fuzz/corpus/$f -max_total_time=10 -artifact_prefix="$work/" \
