@@ -12,6 +12,12 @@
  * connection's `held` bytes (reading stops meanwhile) until the answer before
  * it is queued. That keeps the answers in order and the memory bounded.
  *
+ * admin_token: /metrics and /rules answer only requests that carry
+ * "Authorization: Bearer TOKEN" (compared as SHA-256 digests, in constant
+ * time); others get 401 with WWW-Authenticate: Bearer. /healthz stays open:
+ * the kubelet's probes and load balancers cannot hold a secret, and it says
+ * no more than up or down.
+ *
  * /healthz opens its own short connection to the backend (AUTH when the
  * config has credentials, then PING), so it says whether a new session would
  * work, not whether old ones still do. The answer is cached for a second:
@@ -20,6 +26,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <http_parser.h>
 #include <hiredis/hiredis.h>
 
@@ -35,6 +42,7 @@
 #define ADMIN_MAX_CONNS     64
 #define ADMIN_REQ_MAX       8192            /* bytes of URL + headers + body of one request */
 #define ADMIN_URL_MAX       1024
+#define ADMIN_AUTH_MAX      512             /* bytes of an Authorization header kept */
 #define ADMIN_IDLE_MS       30000           /* an idle keep-alive connection is closed */
 #define ADMIN_CRON_MS       1000
 #define ADMIN_WQ_MAX        (1u << 20)      /* unsent answer bytes before reading stops */
@@ -52,6 +60,12 @@ struct admin_conn {
     struct admin_conn *prev, *next;
     char url[ADMIN_URL_MAX + 1];
     size_t urllen;
+    char field[16];             /* the header name being read (enough for "authorization") */
+    size_t fieldlen;
+    int in_value;               /* reading a header's value */
+    int in_auth;                /* ...the Authorization header's */
+    char auth[ADMIN_AUTH_MAX];  /* the Authorization header, cut at ADMIN_AUTH_MAX */
+    size_t authlen;
     size_t req_bytes;           /* of the request being parsed */
     int too_large;
     unsigned wait;              /* WAIT_* */
@@ -112,6 +126,7 @@ static const char *status_text(int status)
     switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 431: return "Request Header Fields Too Large";
@@ -334,6 +349,11 @@ static void render_metrics(struct evbuf *b)
              st->clients_accepted);
     m_single(b, "ttlguard_clients_rejected_total", "counter",
              "Client connections refused because max_clients were connected.", st->clients_rejected);
+    m_single(b, "ttlguard_clients_denied_total", "counter",
+             "Client connections refused by protected mode (not from loopback, no password).",
+             st->clients_denied);
+    m_single(b, "ttlguard_auth_errors_total", "counter",
+             "Client logins refused (wrong password or unknown user).", st->auth_errors);
     m_single(b, "ttlguard_backend_connects_total", "counter", "Backend connections established.",
              st->backend_connects);
     m_single(b, "ttlguard_backend_errors_total", "counter",
@@ -635,6 +655,10 @@ static int on_message_begin(http_parser *p)
 {
     struct admin_conn *c = p->data;
     c->urllen = 0;
+    c->fieldlen = 0;
+    c->authlen = 0;
+    c->in_value = 0;
+    c->in_auth = 0;
     c->req_bytes = 0;
     return 0;
 }
@@ -658,6 +682,51 @@ static int on_data(http_parser *p, const char *at, size_t n)
     return count_bytes(p, n);
 }
 
+/* A header name, in pieces (a read may end inside it); a value ends it. */
+static int on_header_field(http_parser *p, const char *at, size_t n)
+{
+    struct admin_conn *c = p->data;
+    if (c->in_value) {
+        c->in_value = 0;
+        c->fieldlen = 0;
+    }
+    size_t k = n < sizeof c->field - c->fieldlen ? n : sizeof c->field - c->fieldlen;
+    memcpy(c->field + c->fieldlen, at, k);
+    c->fieldlen += k;                       /* a longer name is not Authorization anyway */
+    return count_bytes(p, n);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t n)
+{
+    struct admin_conn *c = p->data;
+    if (!c->in_value) {
+        c->in_value = 1;
+        c->in_auth = c->fieldlen == 13 && strncasecmp(c->field, "authorization", 13) == 0;
+        if (c->in_auth)
+            c->authlen = 0;
+    }
+    if (c->in_auth) {
+        size_t k = n < sizeof c->auth - c->authlen ? n : sizeof c->auth - c->authlen;
+        memcpy(c->auth + c->authlen, at, k);
+        c->authlen += k;
+    }
+    return count_bytes(p, n);
+}
+
+/* With admin_token set: does the request carry "Authorization: Bearer TOKEN"? */
+static int authorized(const struct admin_conn *c)
+{
+    const struct secret *token = &adm.srv->cfg->admin_token;
+    if (!token->set)
+        return 1;
+    if (c->authlen < 7 || strncasecmp(c->auth, "bearer ", 7) != 0)
+        return 0;
+    size_t off = 7;
+    while (off < c->authlen && c->auth[off] == ' ')
+        off++;
+    return auth_secret_matches(token, c->auth + off, c->authlen - off);
+}
+
 /* Route a complete request. Pausing the parser stops conn_feed() after this
  * message: for /healthz until the check answers, or when the peer lets too
  * many answers pile up. */
@@ -672,6 +741,9 @@ static int on_message_complete(http_parser *p)
 
     if (p->method != HTTP_GET && p->method != HTTP_HEAD) {
         answer_text(c, 405, "only GET and HEAD\n", 0, keep_alive, "Allow: GET, HEAD");
+    } else if (strcmp(c->url, "/healthz") != 0 && !authorized(c)) {
+        answer_text(c, 401, "admin_token is set: send Authorization: Bearer TOKEN\n", head,
+                    keep_alive, "WWW-Authenticate: Bearer realm=\"ttlguard\"");
     } else if (strcmp(c->url, "/metrics") == 0) {
         struct evbuf b = { 0 };
         render_metrics(&b);
@@ -889,8 +961,8 @@ int admin_start(struct server *srv, char *err, size_t errlen)
     adm.srv = srv;
     settings.on_message_begin = on_message_begin;
     settings.on_url = on_url;
-    settings.on_header_field = on_data;
-    settings.on_header_value = on_data;
+    settings.on_header_field = on_header_field;
+    settings.on_header_value = on_header_value;
     settings.on_body = on_data;
     settings.on_message_complete = on_message_complete;
 

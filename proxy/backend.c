@@ -2,6 +2,7 @@
  * backend: one connection to the backend (see the state diagram in backend.h).
  */
 #include <netdb.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,9 +278,8 @@ void bconn_read_stop(struct bconn *b)
     b->reading = 0;
 }
 
-char *auth_request(const struct config *cfg, size_t *len)
+char *auth_request(const char *user, const char *pass, size_t *len)
 {
-    const char *user = cfg->backend_username, *pass = cfg->backend_password;
     size_t cap = 64 + (user ? strlen(user) : 0) + strlen(pass);
     char *req = xmalloc(cap);
     int n;
@@ -295,8 +295,11 @@ char *auth_request(const struct config *cfg, size_t *len)
 static void send_auth(struct bconn *b)
 {
     size_t n;
-    char *req = auth_request(b->srv->cfg, &n);
+    const struct config *cfg = b->srv->cfg;
+    char *req = b->pass != NULL ? auth_request(b->user, b->pass, &n)
+                                : auth_request(cfg->backend_username, cfg->backend_password, &n);
     bconn_write_bytes(b, req, n);
+    OPENSSL_cleanse(req, n);
     free(req);
 }
 
@@ -369,7 +372,7 @@ void bconn_connect(struct bconn *b, int with_auth)
     struct server *srv = b->srv;
     struct target *t = b->t;
     ASSERT(b->state == BC_IDLE);
-    b->auth = with_auth && srv->cfg->backend_password != NULL;
+    b->auth = with_auth && (b->pass != NULL || srv->cfg->backend_password != NULL);
     b->raw = 0;
     b->answered = 0;
     b->started = now_ms_monotonic();

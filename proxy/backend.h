@@ -99,6 +99,8 @@ struct bconn {
     unsigned raw:1;                 /* replication stream: bytes are not framed */
     unsigned auth:1;                /* send the proxy's AUTH on connect (backend_password) */
     unsigned answered:1;            /* the backend has sent reply bytes on this connection */
+    const char *user, *pass;        /* what it logs in as (the owner's copies); pass NULL:
+                                       backend_username / backend_password of the config */
     uint64_t started;               /* monotonic ms of the connect */
     struct reply_scanner rs;
 };
@@ -106,7 +108,8 @@ struct bconn {
 void bconn_init(struct bconn *b, struct server *srv, const struct bconn_ops *ops, void *owner);
 
 /* Open the connection (state must be BC_IDLE). with_auth: send the proxy's
- * AUTH first when backend_password is set. A failure is reported through
+ * AUTH first when there is a password (b->pass, else backend_password). A
+ * failure is reported through
  * ops->failed, possibly before this returns. */
 void bconn_connect(struct bconn *b, int with_auth);
 
@@ -134,8 +137,8 @@ void bconn_set_raw(struct bconn *b);
 
 struct config;
 
-/* The proxy's AUTH (backend_username, backend_password) as a request of *len
- * bytes; the caller frees it. */
-char *auth_request(const struct config *cfg, size_t *len);
+/* The proxy's AUTH [user] pass as a request of *len bytes; the caller frees
+ * it (and it holds a password: OPENSSL_cleanse before free). */
+char *auth_request(const char *user, const char *pass, size_t *len);
 
 #endif

@@ -65,7 +65,7 @@ static const struct {
     { "hello", CID_HELLO, 0 },             { "monitor", CID_MONITOR, CS_PIN },
     { "multi", CID_MULTI, CS_PIN },             { "psubscribe", CID_PSUBSCRIBE, CS_PIN },
     { "psync", CID_PSYNC, CS_PIN },             { "punsubscribe", CID_PUNSUBSCRIBE, CS_PIN },
-    { "quit", CID_OTHER, CS_PIN },              { "readonly", CID_OTHER, CS_PIN },
+    { "quit", CID_QUIT, CS_PIN },               { "readonly", CID_OTHER, CS_PIN },
     { "readwrite", CID_OTHER, CS_PIN },         { "replconf", CID_OTHER, CS_PIN },
     { "reset", CID_RESET, CS_PIN },             { "script", CID_SCRIPT, 0 },
     { "select", CID_SELECT, 0 },           { "set", CID_SET, 0 },

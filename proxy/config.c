@@ -37,6 +37,7 @@
 #include <strings.h>
 
 #include <ini.h>
+#include <openssl/crypto.h>
 
 #include "config.h"
 #include "tls.h"
@@ -46,12 +47,13 @@
 #define DURATION_MAX 2147483647LL   /* seconds or milliseconds of the [proxy] timeouts */
 #define MAX_BUFFER_MIN (16 * 1024)
 
-enum section_kind { SECT_PROXY, SECT_DEFAULT, SECT_TTL, SECT_DURABLE };
+enum section_kind { SECT_PROXY, SECT_DEFAULT, SECT_TTL, SECT_DURABLE, SECT_USER };
 
 #define IN_PROXY    (1u << SECT_PROXY)
 #define IN_DEFAULT  (1u << SECT_DEFAULT)
 #define IN_TTL      (1u << SECT_TTL)
 #define IN_DURABLE  (1u << SECT_DURABLE)
+#define IN_USER     (1u << SECT_USER)
 
 struct conf_key;
 
@@ -65,7 +67,8 @@ struct conf_key {
     const char *name;
     unsigned sections;      /* IN_* bits: where the key is valid */
     key_parser parse;
-    size_t offset;          /* into struct config ([proxy]) or struct rule (rule sections) */
+    size_t offset;          /* into struct config ([proxy]), struct rule (rule sections)
+                               or struct auth_user ([user]) */
     long long min, max;     /* numbers and sizes */
     const char *unit;       /* what the number counts, for messages; text keys: what to write */
 };
@@ -86,9 +89,13 @@ static int parse_text(const struct conf_key *, enum section_kind, const char *, 
 static int parse_listen(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_backend(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_port_range(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_secret(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_digest(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 
 #define CFG(f)  offsetof(struct config, f)
 #define RULE(f) offsetof(struct rule, f)
+#define USER(f) offsetof(struct auth_user, f)
+#define MAX_PENDING_MAX (1 << 24)
 
 /* Every key of every section. docs/config.md describes the same rows. */
 static const struct conf_key conf_keys[] = {
@@ -96,12 +103,17 @@ static const struct conf_key conf_keys[] = {
     { "backend",             IN_PROXY, parse_backend,  CFG(backend),             0, 0, NULL },
     { "backend_username",    IN_PROXY, parse_optional, CFG(backend_username),    0, 0, NULL },
     { "backend_password",    IN_PROXY, parse_optional, CFG(backend_password),    0, 0, NULL },
+    { "client_password",     IN_PROXY, parse_secret,   CFG(client_password),     0, 0, NULL },
+    { "protected_mode",      IN_PROXY, parse_choice,   CFG(protected_mode),      0, 0, "no|yes" },
+    { "auth_timeout",        IN_PROXY, parse_uint,     CFG(auth_timeout),        0, DURATION_MAX, "seconds (0 = off)" },
     { "max_clients",         IN_PROXY, parse_int,      CFG(max_clients),         1, 1000000, "clients" },
+    { "max_pending",         IN_PROXY, parse_int,      CFG(max_pending),         1, MAX_PENDING_MAX, "requests" },
     { "client_idle_timeout", IN_PROXY, parse_uint,     CFG(client_idle_timeout), 0, DURATION_MAX, "seconds (0 = off)" },
     { "max_buffer",          IN_PROXY, parse_size,     CFG(max_buffer),          MAX_BUFFER_MIN, 0, NULL },
     { "connect_timeout",     IN_PROXY, parse_uint,     CFG(connect_timeout),     1, DURATION_MAX, "milliseconds" },
     { "events",              IN_PROXY, parse_optional, CFG(events),              0, 0, NULL },
     { "admin",               IN_PROXY, parse_admin,    CFG(admin),               0, 0, NULL },
+    { "admin_token",         IN_PROXY, parse_secret,   CFG(admin_token),         0, 0, NULL },
     { "log_keys",            IN_PROXY, parse_choice,   CFG(log_keys),            0, 0, "full|hash|prefix" },
     { "log_format",          IN_PROXY, parse_choice,   CFG(log_format),          0, 0, "text|json" },
     { "event_window",        IN_PROXY, parse_uint,     CFG(event_window),        1, DURATION_MAX, "seconds" },
@@ -139,6 +151,10 @@ static const struct conf_key conf_keys[] = {
     { "owner",   IN_DURABLE, parse_text, RULE(owner),   0, 0, "who owns these keys" },
     { "reason",  IN_DURABLE, parse_text, RULE(reason),  0, 0, "why they may live without a TTL" },
     { "rebuild", IN_DURABLE, parse_text, RULE(rebuild), 0, 0, "how to rebuild them if they are lost" },
+
+    { "password_sha256",  IN_USER, parse_digest,   USER(password),         0, 0, NULL },
+    { "backend_user",     IN_USER, parse_optional, USER(backend_username), 0, 0, NULL },
+    { "backend_password", IN_USER, parse_optional, USER(backend_password), 0, 0, NULL },
 };
 
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
@@ -148,7 +164,8 @@ struct section {
     enum section_kind kind;
     int line;                       /* line of the header */
     struct rule rule;               /* rule sections: prefix and label owned here until
-                                     * handed to the ruleset; unused for [proxy] */
+                                     * handed to the ruleset; [user]: only the label */
+    struct auth_user user;          /* [user]: owned here until handed to cfg->users */
     int key_line[NKEYS];            /* line each conf_keys[] row was set on; 0 = not set */
 };
 
@@ -182,7 +199,7 @@ static void fail_at(struct parse *p, int line, const char *fmt, ...)
 
 static const char *section_name(const struct section *s)
 {
-    return s->kind == SECT_PROXY ? "proxy" : s->rule.label;
+    return s->kind == SECT_PROXY ? "proxy" : s->rule.label;     /* [user] has one too */
 }
 
 /* ---- values ------------------------------------------------------------ */
@@ -394,6 +411,32 @@ static int parse_optional(const struct conf_key *k, enum section_kind in, const 
     return 0;
 }
 
+/* A password ttlguard checks itself: only its SHA-256 is kept (auth.h).
+ * Empty means unset. The value never appears in a message. */
+static int parse_secret(const struct conf_key *k, enum section_kind in, const char *value,
+                        void *field, char *err, size_t errlen)
+{
+    struct secret *sec = field;
+    sec->set = *value != '\0';
+    if (sec->set)
+        auth_digest(value, strlen(value), sec->sha);
+    return 0;
+}
+
+/* password_sha256: the digest itself, as 64 hex digits. */
+static int parse_digest(const struct conf_key *k, enum section_kind in, const char *value,
+                        void *field, char *err, size_t errlen)
+{
+    struct secret *sec = field;
+    if (auth_parse_hex_digest(value, sec->sha) < 0) {
+        snprintf(err, errlen, "%s: expected 64 hex digits (got %zu characters), the SHA-256 "
+                 "of the password: printf %%s 'PASSWORD' | sha256sum", k->name, strlen(value));
+        return -1;
+    }
+    sec->set = 1;
+    return 0;
+}
+
 /* Free text that must say something (durable rules). */
 static int parse_text(const struct conf_key *k, enum section_kind in, const char *value,
                       void *field, char *err, size_t errlen)
@@ -521,14 +564,26 @@ static const char *quote_end(const char *q)
     return NULL;
 }
 
-/* A header line: [proxy], [default], [ttl "PREFIX"] or [durable "PREFIX"].
+/* "ttl \"session:\"", "user \"app\"": a section as errors and events name it. */
+static char *section_label(const char *kind, const char *name, size_t len)
+{
+    char *q = rules_quote(name, len);
+    size_t n = strlen(kind) + strlen(q) + 2;
+    char *label = xmalloc(n);
+    snprintf(label, n, "%s %s", kind, q);
+    free(q);
+    return label;
+}
+
+/* A header line: [proxy], [default], [ttl "PREFIX"], [durable "PREFIX"] or
+ * [user "NAME"].
  * line starts with '[' and has no line break. Opens a new section or records
  * an error. */
 static void header_parse(struct parse *p, const char *line)
 {
     static const char *const names[] = {
         [SECT_PROXY] = "proxy", [SECT_DEFAULT] = "default",
-        [SECT_TTL] = "ttl", [SECT_DURABLE] = "durable",
+        [SECT_TTL] = "ttl", [SECT_DURABLE] = "durable", [SECT_USER] = "user",
     };
     const char *s = line + 1;
     skip_blanks(&s);
@@ -544,16 +599,19 @@ static void header_parse(struct parse *p, const char *line)
     }
     if (kind < 0) {
         fail_at(p, p->lineno, "unknown section [%.*s] (expected [proxy], [default], "
-                "[ttl \"PREFIX\"] or [durable \"PREFIX\"])", (int)wlen, word);
+                "[ttl \"PREFIX\"], [durable \"PREFIX\"] or [user \"NAME\"])", (int)wlen, word);
         return;
     }
 
     struct section sec = { .kind = (enum section_kind)kind, .line = p->lineno };
     skip_blanks(&s);
-    if (kind == SECT_TTL || kind == SECT_DURABLE) {
+    if (kind == SECT_TTL || kind == SECT_DURABLE || kind == SECT_USER) {
         if (*s != '"') {
-            fail_at(p, p->lineno, "[%s] needs a quoted prefix, like [%s \"session:\"]; "
-                    "for all keys use [default]", names[kind], names[kind]);
+            if (kind == SECT_USER)
+                fail_at(p, p->lineno, "[user] needs a quoted name, like [user \"app\"]");
+            else
+                fail_at(p, p->lineno, "[%s] needs a quoted prefix, like [%s \"session:\"]; "
+                        "for all keys use [default]", names[kind], names[kind]);
             return;
         }
         const char *end = quote_end(s);
@@ -567,6 +625,14 @@ static void header_parse(struct parse *p, const char *line)
         free(quoted);
         if (rc < 0) {
             fail_at(p, p->lineno, "%s in %s", why, line);
+            return;
+        }
+        if (kind == SECT_USER && (sec.rule.prefix_len == 0 ||
+                                  strlen(sec.rule.prefix) != sec.rule.prefix_len ||
+                                  strpbrk(sec.rule.prefix, " \t\r\n") != NULL)) {
+            free(sec.rule.prefix);
+            fail_at(p, p->lineno, "bad user name in %s: a name is not empty and has no "
+                    "spaces, line breaks or NUL bytes", line);
             return;
         }
         if (sec.rule.prefix_len == 0) {
@@ -605,15 +671,17 @@ static void header_parse(struct parse *p, const char *line)
         sec.rule.action = ACTION_ALLOW;
         sec.rule.label = xstrdup("default");
         break;
+    case SECT_USER:
+        sec.user.name = sec.rule.prefix;    /* the section owns it until it is handed over */
+        sec.rule.prefix = NULL;
+        sec.user.line = p->lineno;
+        sec.rule.label = section_label(names[kind], sec.user.name, strlen(sec.user.name));
+        break;
     case SECT_TTL:
     case SECT_DURABLE: {
         sec.rule.kind = sec.kind == SECT_TTL ? RULE_TTL : RULE_DURABLE;
         sec.rule.action = sec.kind == SECT_TTL ? ACTION_REWRITE : ACTION_ALLOW;
-        char *q = rules_quote(sec.rule.prefix, sec.rule.prefix_len);
-        size_t n = strlen(names[kind]) + strlen(q) + 2;
-        sec.rule.label = xmalloc(n);
-        snprintf(sec.rule.label, n, "%s %s", names[kind], q);
-        free(q);
+        sec.rule.label = section_label(names[kind], sec.rule.prefix, sec.rule.prefix_len);
         break;
     }
     }
@@ -627,13 +695,15 @@ static void header_parse(struct parse *p, const char *line)
         int same;
         if (sec.kind == SECT_PROXY || sec.kind == SECT_DEFAULT)
             same = o->kind == sec.kind;
+        else if (sec.kind == SECT_USER)
+            same = o->kind == SECT_USER && strcmp(o->user.name, sec.user.name) == 0;
         else
             same = (o->kind == SECT_TTL || o->kind == SECT_DURABLE) &&
                    o->rule.prefix_len == sec.rule.prefix_len &&
                    memcmp(o->rule.prefix, sec.rule.prefix, sec.rule.prefix_len) == 0;
         if (!same)
             continue;
-        if (sec.kind == SECT_PROXY || sec.kind == SECT_DEFAULT)
+        if (sec.kind == SECT_PROXY || sec.kind == SECT_DEFAULT || sec.kind == SECT_USER)
             fail_at(p, p->lineno, "second [%s] section (the first is at line %d): "
                     "put all its keys in one", section_name(&sec), o->line);
         else
@@ -641,6 +711,7 @@ static void header_parse(struct parse *p, const char *line)
                     "line %d", sec.rule.label, o->rule.label, o->line);
         free(sec.rule.prefix);
         free(sec.rule.label);
+        free(sec.user.name);
         return;
     }
 
@@ -782,7 +853,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
     struct parse *p = user;
     if (p->nsec == 0) {
         fail_at(p, p->lineno, "'%s' is outside any section: put it under [proxy], [default], "
-                "[ttl \"PREFIX\"] or [durable \"PREFIX\"]", name);
+                "[ttl \"PREFIX\"], [durable \"PREFIX\"] or [user \"NAME\"]", name);
         return 0;
     }
     struct section *s = &p->sec[p->nsec - 1];
@@ -799,7 +870,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
     }
     s->key_line[idx] = p->lineno;
 
-    char *base = s->kind == SECT_PROXY ? (char *)p->cfg : (char *)&s->rule;
+    char *base = s->kind == SECT_PROXY ? (char *)p->cfg :
+                 s->kind == SECT_USER ? (char *)&s->user : (char *)&s->rule;
     char why[400];
     if (k->parse(k, s->kind, value, base + k->offset, why, sizeof why) < 0) {
         fail_at(p, p->lineno, "%s", why);
@@ -998,7 +1070,92 @@ static void check_section(struct parse *p, const struct section *s)
                     "and rebuild", r->label, missing);
         break;
     }
+    case SECT_USER:
+        if (!s->user.password.set)
+            fail_at(p, s->line, "[%s] has no password_sha256: add the SHA-256 of its "
+                    "password (printf %%s 'PASSWORD' | sha256sum)", r->label);
+        else if (s->user.backend_username != NULL && s->user.backend_password == NULL)
+            fail_at(p, line_of(s, "backend_user"), "[%s] has backend_user but no "
+                    "backend_password: an ACL user needs both", r->label);
+        break;
     }
+}
+
+/* ---- client authentication and protected mode ----------------------------- */
+
+/* The users clients log in as: `default` from client_password, then the
+ * [user] sections, which from here the config owns. */
+static void collect_users(struct parse *p)
+{
+    struct config *c = p->cfg;
+    const struct section *proxy = NULL;
+    for (size_t i = 0; i < p->nsec; i++)
+        if (p->sec[i].kind == SECT_PROXY)
+            proxy = &p->sec[i];
+    if (c->client_password.set) {
+        struct auth_user d = { .name = xstrdup("default"), .password = c->client_password,
+                               .line = line_of(proxy, "client_password") };
+        c->users.v = xrealloc(c->users.v, (c->users.n + 1) * sizeof d);
+        c->users.v[c->users.n++] = d;
+    }
+    for (size_t i = 0; i < p->nsec && p->err_line == 0; i++) {
+        struct section *s = &p->sec[i];
+        if (s->kind != SECT_USER)
+            continue;
+        const struct auth_user *dup = auth_find(&c->users, s->user.name, strlen(s->user.name));
+        if (dup != NULL) {
+            fail_at(p, s->line, "[%s] sets the password of the default user, and so does "
+                    "client_password at line %d: keep one of them", s->rule.label, dup->line);
+            return;
+        }
+        c->users.v = xrealloc(c->users.v, (c->users.n + 1) * sizeof s->user);
+        c->users.v[c->users.n++] = s->user;
+        memset(&s->user, 0, sizeof s->user);
+    }
+}
+
+const char *config_exposure_problem(const struct config *cfg, const char *listen_text)
+{
+    struct addr a;
+    char why[320];
+    if (listen_text == NULL || addr_parse(listen_text, &a, why, sizeof why) < 0 ||
+        addr_is_loopback(&a) || !cfg->protected_mode || cfg->backend_password == NULL ||
+        cfg->users.n > 0)
+        return NULL;
+    return "is reachable from other hosts, and ttlguard logs every client in to Redis with "
+           "backend_password while clients do not authenticate to ttlguard: anyone who can "
+           "connect would be in (protected mode). Set client_password or add a "
+           "[user \"NAME\"] section so that clients must AUTH, or listen on 127.0.0.1 or "
+           "a unix: socket, or set protected_mode = no if only trusted hosts can reach it";
+}
+
+/* Protected mode and the admin endpoint: what other hosts can reach must ask
+ * for a password. */
+static void check_exposure(struct parse *p)
+{
+    const struct config *c = p->cfg;
+    const struct section *s = NULL;
+    for (size_t i = 0; i < p->nsec; i++)
+        if (p->sec[i].kind == SECT_PROXY)
+            s = &p->sec[i];
+    if (s == NULL)
+        return;                         /* the defaults listen on loopback */
+    const char *keys[] = { "listen", "tls_listen" };
+    const char *addrs[] = { c->listen, c->tls_listen };
+    for (int i = 0; i < 2; i++) {
+        const char *why = config_exposure_problem(c, addrs[i]);
+        if (why != NULL) {
+            fail_at(p, line_of(s, keys[i]), "%s = %s %s", keys[i], addrs[i], why);
+            return;
+        }
+    }
+    struct addr a;
+    char why[320];
+    if (c->admin != NULL && !c->admin_token.set && addr_parse(c->admin, &a, why, sizeof why) == 0 &&
+        !addr_is_loopback(&a))
+        fail_at(p, line_of(s, "admin"), "admin = %s is reachable from other hosts and /metrics "
+                "and /rules would answer anyone: set admin_token = SECRET (clients send "
+                "Authorization: Bearer SECRET), or listen on 127.0.0.1", c->admin);
 }
 
 /* ---- public -------------------------------------------------------------- */
@@ -1011,6 +1168,9 @@ static void proxy_defaults(struct config *cfg)
     cfg->listen = xstrdup("127.0.0.1:6380");
     cfg->backend = xstrdup("127.0.0.1:6379");
     cfg->max_clients = 10000;
+    cfg->max_pending = 100000;
+    cfg->protected_mode = 1;
+    cfg->auth_timeout = 10;
     cfg->client_idle_timeout = 0;
     cfg->max_buffer = 4 * 1024 * 1024;
     cfg->connect_timeout = 3000;
@@ -1059,6 +1219,10 @@ int config_load(const char *path, struct config *cfg, char *err, size_t errlen)
     }
     for (size_t i = 0; i < p.nsec && p.err_line == 0; i++)
         check_section(&p, &p.sec[i]);
+    if (p.err_line == 0)
+        collect_users(&p);
+    if (p.err_line == 0)
+        check_exposure(&p);
     if (p.err_line != 0) {
         snprintf(err, errlen, "%s:%d: %s", path, p.err_line, p.err);
         goto out;
@@ -1075,7 +1239,7 @@ int config_load(const char *path, struct config *cfg, char *err, size_t errlen)
             d->refresh = s->rule.refresh;
             d->unknown = s->rule.unknown;
             d->line = s->line;
-        } else if (s->kind != SECT_PROXY) {
+        } else if (s->kind != SECT_PROXY && s->kind != SECT_USER) {
             rules_add(&cfg->rules, &s->rule);
             memset(&s->rule, 0, sizeof s->rule);
         }
@@ -1096,8 +1260,13 @@ out:
         free(r->owner);
         free(r->reason);
         free(r->rebuild);
+        free(p.sec[i].user.name);
+        free(p.sec[i].user.backend_username);
+        free(p.sec[i].user.backend_password);
     }
     free(p.sec);
+    if (p.buf != NULL)
+        OPENSSL_cleanse(p.buf, p.cap);      /* the last lines read may hold passwords */
     free(p.buf);
     if (p.f != NULL)
         fclose(p.f);
@@ -1115,6 +1284,7 @@ void config_free(struct config *cfg)
     free(cfg->cluster_announce);
     free(cfg->backend_username);
     free(cfg->backend_password);
+    auth_users_free(&cfg->users);
     free(cfg->events);
     free(cfg->admin);
     free(cfg->backend_tls_ca_cert_file);

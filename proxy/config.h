@@ -10,6 +10,7 @@
 #define TTLG_CONFIG_H
 
 #include <stddef.h>
+#include "auth.h"
 #include "rules.h"
 
 struct tls_context;
@@ -29,12 +30,19 @@ struct config {
     char *backend_seeds;            /* cluster = on: every seed as written, space separated */
     char *backend_username;         /* NULL when unset */
     char *backend_password;         /* NULL when unset */
+    struct secret client_password;  /* the `default` user's password (auth.h) */
+    struct auth_users users;        /* default (client_password) and [user] sections: clients
+                                       log in to ttlguard itself when there is any */
+    int protected_mode;             /* listeners other hosts reach need client auth; 1 */
+    unsigned auth_timeout;          /* seconds a client has to log in; 0 = off; 10 */
     int max_clients;                /* 10000 */
+    int max_pending;                /* requests of one client owed a reply at most; 100000 */
     unsigned client_idle_timeout;   /* seconds; 0 = off */
     size_t max_buffer;              /* bytes per direction per session; 4 MiB */
     unsigned connect_timeout;       /* ms for a backend connect; 3000 */
     char *events;                   /* NULL = off, "stderr", or a file path */
     char *admin;                    /* NULL = off, else "host:port" */
+    struct secret admin_token;      /* Authorization: Bearer TOKEN for /metrics and /rules */
     enum log_keys log_keys;         /* full */
     int log_format;                 /* ttlguard's own log lines: 0 text, 1 JSON */
     unsigned event_window;          /* seconds repeats are folded; 10 */
@@ -81,6 +89,11 @@ void config_defaults(struct config *cfg);
  * cannot be opened) and leaves *cfg freed (nothing to release). The format
  * and every message are in docs/config.md. */
 int config_load(const char *path, struct config *cfg, char *err, size_t errlen);
+
+/* Protected mode: why cfg may not serve clients at listen_text (an address
+ * other hosts reach while the proxy logs every client in to Redis with
+ * backend_password and clients do not authenticate), or NULL when it may. */
+const char *config_exposure_problem(const struct config *cfg, const char *listen_text);
 
 /* Frees everything *cfg owns and zeroes it, so a second call is harmless. */
 void config_free(struct config *cfg);

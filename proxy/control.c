@@ -64,7 +64,7 @@ static void send_probe(enum probe what)
     case PR_CMDLIST: p = cmdlist; n = sizeof cmdlist - 1; break;
     case PR_AUTH:
     default:
-        p = auth = auth_request(cfg, &n);
+        p = auth = auth_request(cfg->backend_username, cfg->backend_password, &n);
         break;
     }
     ctl.owed[(ctl.head + ctl.n) % OWED_MAX] = (unsigned char)what;

@@ -171,7 +171,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
-        printf("%s: OK (%zu rules)\n", config_path ? config_path : "(defaults)", cfg->rules.n);
+        printf("%s: OK (%zu rules, %zu user%s)\n", config_path ? config_path : "(defaults)",
+               cfg->rules.n, cfg->users.n, cfg->users.n == 1 ? "" : "s");
         config_free(cfg);
         free(cfg);
         return 0;

@@ -99,6 +99,17 @@ static void remember_carried(struct session *s, const struct pending *p)
     *slot = p->local_len ? xmemdup(p->local, p->local_len) : NULL;
 }
 
+/* Redis refused the proxy's AUTH on a client's connection (after RESET, or
+ * for a user with a backend login of its own): its requests will get
+ * Redis's errors. Said with Redis's words. */
+static void relogin_refused(struct session *s)
+{
+    const char *end = memchr(s->peek, '\r', s->peeklen);
+    int n = end != NULL ? (int)(end - s->peek) : (int)s->peeklen;
+    log_warn("Redis refused ttlguard's login of a client's connection (backend_user, "
+             "backend_password): %.*s", n > 1 ? n - 1 : 0, s->peek + 1);
+}
+
 /* What the reply to head changes in the session's mirrored state. */
 static void apply_reply(struct session *s, struct pending *head, char type)
 {
@@ -147,6 +158,10 @@ static void apply_reply(struct session *s, struct pending *head, char type)
                                      s->peeklen, session_client(s, &c)))
                 s->srv->stats.rejected++;
         }
+        break;
+    case PW_RELOGIN:
+        if (type == '-')
+            relogin_refused(s);
         break;
     default:
         break;
@@ -430,7 +445,7 @@ void session_reply(struct session *s, const char *p, size_t n, int done, char ty
     }
     if (!done)
         return;
-    if (type == '-' && s->peeklen >= 7 && memcmp(s->peek, "-NOAUTH", 7) == 0)
+    if (type == '-' && !s->ttlg_auth && s->peeklen >= 7 && memcmp(s->peek, "-NOAUTH", 7) == 0)
         s->auth_required = s->unauth = 1;   /* Redis says so: its limits apply */
     reply_done(s, type);
 }

@@ -195,7 +195,6 @@ static int fail(struct req_framer *f, const char *msg)
     return -1;
 }
 
-static int hex_digit(int c);
 
 /* hiredis found the error itself: say it the way redis-server does. Its
  * messages are 'Protocol error, got "x" as reply type byte' for an element
@@ -208,8 +207,8 @@ static int fail_hiredis(struct req_framer *f)
         char c = q[5];
         if (c == '\\') {             /* hiredis escaped it: \r \n \t \xHH ... */
             char n = q[6];
-            if (n == 'x' && hex_digit(q[7]) >= 0 && hex_digit(q[8]) >= 0)
-                c = (char)(hex_digit(q[7]) * 16 + hex_digit(q[8]));
+            if (n == 'x' && hex_digit_value(q[7]) >= 0 && hex_digit_value(q[8]) >= 0)
+                c = (char)(hex_digit_value(q[7]) * 16 + hex_digit_value(q[8]));
             else
                 c = n == 'n' ? '\n' : n == 'r' ? '\r' : n == 't' ? '\t' : n;
         }
@@ -231,14 +230,6 @@ static int parse_ll(const char *p, size_t n, long long *v)
 
 /* Redis's sdssplitargs(), writing unescaped arguments into f->scratch.
  * Returns argc, or -1 for unbalanced quotes. */
-static int hex_digit(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    c = tolower(c);
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
 static int split_inline(struct req_framer *f, const char *p, const char *end)
 {
     size_t need = (size_t)(end - p) + 1;
@@ -263,8 +254,8 @@ static int split_inline(struct req_framer *f, const char *p, const char *end)
                 if (p == end)
                     return -1;
                 if (*p == '\\' && p + 3 < end && p[1] == 'x' &&
-                    hex_digit(p[2]) >= 0 && hex_digit(p[3]) >= 0) {
-                    *out++ = (char)(hex_digit(p[2]) * 16 + hex_digit(p[3]));
+                    hex_digit_value(p[2]) >= 0 && hex_digit_value(p[3]) >= 0) {
+                    *out++ = (char)(hex_digit_value(p[2]) * 16 + hex_digit_value(p[3]));
                     p += 3;
                 } else if (*p == '\\' && p + 1 < end) {
                     char c;

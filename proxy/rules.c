@@ -211,17 +211,6 @@ const char *rule_kind_name(enum rule_kind k)
     return "?";
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int rules_unquote(const char *text, char **out, size_t *outlen, char *err, size_t errlen)
 {
     size_t tlen = strlen(text);
@@ -254,8 +243,8 @@ int rules_unquote(const char *text, char **out, size_t *outlen, char *err, size_
         case 'r':  buf[n++] = '\r'; break;
         case 't':  buf[n++] = '\t'; break;
         case 'x': {
-            int hi = hex_value(p[0]);
-            int lo = hi < 0 ? -1 : hex_value(p[1]);
+            int hi = hex_digit_value(p[0]);
+            int lo = hi < 0 ? -1 : hex_digit_value(p[1]);
             if (lo < 0) {
                 snprintf(err, errlen, "bad escape in prefix: \\x needs two hex digits (\\x00 to \\xff)");
                 goto fail;

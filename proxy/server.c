@@ -290,6 +290,8 @@ static void reload(struct server *srv)
         return;
     }
     const char *listen_text = srv->listen_override ? NULL : cfg->listen;
+    char plain_text[300];
+    addr_format(&plain, plain_text, sizeof plain_text);
     int want_plain = srv->listen_override || cfg->listen != NULL;
     if ((listen_text != NULL && addr_parse(listen_text, &plain, err, sizeof err) != 0) ||
         (cfg->tls_listen != NULL && addr_parse(cfg->tls_listen, &secure, err, sizeof err) != 0) ||
@@ -297,7 +299,10 @@ static void reload(struct server *srv)
         (want_plain && backend_is_self(&plain, &backend_addr, err, sizeof err)) ||
         (cfg->tls_listen != NULL && backend_is_self(&secure, &backend_addr, err, sizeof err)) ||
         (cfg->backend_tls && backend_addr.is_unix &&
-         snprintf(err, sizeof err, "backend_tls = on needs a host:port backend") > 0)) {
+         snprintf(err, sizeof err, "backend_tls = on needs a host:port backend") > 0) ||
+        (srv->listen_override && config_exposure_problem(cfg, plain_text) != NULL &&
+         snprintf(err, sizeof err, "--listen %s %s", plain_text,
+                  config_exposure_problem(cfg, plain_text)) > 0)) {
         log_error("SIGHUP: config refused, keeping the running one: %s", err);
         events_config_rejected(path, err);
         config_free(cfg);
@@ -388,6 +393,10 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     }
     if (cfg->backend_tls && backend_addr.is_unix) {
         log_error("backend_tls = on needs a host:port backend, not %s", backend_override);
+        return 1;
+    }
+    if (listen_override != NULL && config_exposure_problem(cfg, listen_override) != NULL) {
+        log_error("--listen %s %s", listen_override, config_exposure_problem(cfg, listen_override));
         return 1;
     }
     target_set(&srv->backend, srv, &backend_addr, 1);

@@ -30,6 +30,8 @@ struct command_set;
 struct stats {
     uint64_t clients_accepted;
     uint64_t clients_rejected;       /* max_clients reached */
+    uint64_t clients_denied;         /* protected mode: not from loopback, no password */
+    uint64_t auth_errors;            /* client logins refused (client_password, [user]) */
     uint64_t backend_connects;
     uint64_t backend_connect_errors;
     uint64_t requests;               /* requests framed from clients */

@@ -47,9 +47,12 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 
+#include <openssl/crypto.h>
+
 #include "cluster.h"
 #include "commands.h"
 #include "events.h"
+#include "login.h"
 #include "server.h"
 #include "session_int.h"
 #include "util.h"
@@ -65,6 +68,7 @@ enum handled {
     HR_DONE,        /* handled: forwarded, rewritten or answered */
     HR_PIN,         /* not handled: it waits for the session's own connection */
     HR_WAIT,        /* not handled: it waits until nothing is owed on the shared connection */
+    HR_CONNECT,     /* not handled: it waits for the connection its login opened */
 };
 
 /* Where the request of a shared session goes. */
@@ -135,9 +139,9 @@ void session_flush_client(void)
     if (xport_backlog(&s->client) > s->srv->cfg->max_buffer) {
         if (s->mode == SM_OWN)
             bconn_read_stop(&s->be);
-        else if (s->mode == SM_SHARED)
-            client_read_stop(s);    /* the shared connection is not paused for one slow
-                                       reader: no new requests; what is in flight is bounded */
+        else                        /* shared: the connection is not paused for one slow
+                                       reader; no backend: answers of our own */
+            client_read_stop(s);
     }
 }
 
@@ -316,6 +320,13 @@ static void q_fail_backend_entries(struct session *s, const char *answer)
 /* ------------------------------------------------------------------------ */
 /* Session lifetime                                                          */
 
+static void free_secret(char *p)
+{
+    if (p != NULL)
+        OPENSSL_cleanse(p, strlen(p));
+    free(p);
+}
+
 static void session_free(struct session *s)
 {
     mux_forget(s);
@@ -342,6 +353,8 @@ static void session_free(struct session *s)
     free(s->lib_name);
     free(s->lib_ver);
     free(s->client_addr);
+    free_secret(s->be_user);
+    free_secret(s->be_pass);
     free(s->multi_fix.p);
     if (s->xsub != NULL)
         reply_scanner_free(s->xsub);
@@ -543,7 +556,7 @@ void session_pause(struct session *s)
 void session_resume(struct session *s)
 {
     if (s->client_reading || s->client_eof || s->draining || s->close_after_flush ||
-        s->pin_wait || s->switch_wait || s->replaying || q_over_limit(s))
+        s->pin_wait || s->switch_wait || s->replaying || s->cap_wait || q_over_limit(s))
         return;
     switch (s->mode) {
     case SM_OWN:
@@ -555,7 +568,10 @@ void session_resume(struct session *s)
             mux_paused(s))
             return;
         break;
+    case SM_AUTH:
     case SM_DOWN:
+        if (xport_backlog(&s->client) > s->srv->cfg->max_buffer / 2)
+            return;
         break;
     default:
         return;
@@ -604,6 +620,7 @@ static void track_request(struct session *s, const struct request *req, enum cmd
     case CID_RESET:
         p->what = PW_RESET;
         s->resp3 = 0;
+        s->authed = 0;              /* RESET logs the client out (of ttlguard too) */
         break;
     case CID_MONITOR:
         p->what = PW_MONITOR;
@@ -794,6 +811,7 @@ struct req_plan {
     int queued;                 /* inside MULTI: Redis only queues it */
     int replies;                /* the client gets a reply */
     int skipped;                /* ... it does not, because of CLIENT REPLY SKIP */
+    int raw_copy;               /* req->raw is not in the input: copy it (HELLO without AUTH) */
 };
 
 /* A follow-up request whose reply the proxy swallows. Redis does not answer
@@ -882,8 +900,8 @@ static int paused(const struct server *srv)
 static void consider_sharing(struct session *s, const struct request *req,
                              const struct cmd_info *ci)
 {
-    if (needs_own(s->srv, req, ci)) {
-        s->stateful = 1;
+    if (needs_own(s->srv, req, ci) || s->be_pass != NULL) {
+        s->stateful = 1;            /* a backend login of its own cannot share either */
         return;
     }
     if (s->stateful || s->served == 0 || ci->id == CID_SELECT || ci->id == CID_HELLO ||
@@ -988,10 +1006,10 @@ static void abort_exec(struct session *s, const struct req_plan *pl)
 }
 
 static void send_request(struct session *s, const struct request *req, enum verdict v,
-                         const struct rewrite *rw)
+                         const struct req_plan *pl, const struct rewrite *rw)
 {
     if (v != V_REWRITE) {
-        tob_add(s, req->raw.p, req->raw.len, 0);
+        tob_add(s, req->raw.p, req->raw.len, pl->raw_copy);
         return;
     }
     s->srv->stats.rewritten++;
@@ -1117,22 +1135,151 @@ static void select_shared(struct session *s, const struct request *req,
         queue_local(s, "+OK\r\n", 5, 1);
 }
 
-/* AUTH, or HELLO ... AUTH. Redis 8.0 and Valkey 8.1 send no reply at all to a
- * failed AUTH that arrives while an earlier reply of the connection is still
- * pending (redis#15640): the proxy, which pairs replies with requests by
- * count, would then give every later reply to the wrong request. On its own
- * connection a session sends one only when nothing is owed (the shared
- * connection is left for one that way already). */
-static int authenticates(const struct request *req, enum cmd_id id)
+/* ------------------------------------------------------------------------ */
+/* Client authentication (client_password, [user]): login.c decides         */
+
+static int same_text(const char *a, const char *b)
 {
-    if (id == CID_AUTH)
-        return 1;
-    if (id != CID_HELLO)
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Is u's backend login the one s's connection has? */
+static int same_backend_login(const struct session *s, const struct auth_user *u)
+{
+    const char *user = u->backend_password != NULL ? u->backend_username : NULL;
+    return same_text(user, s->be_user) && same_text(u->backend_password, s->be_pass);
+}
+
+static void set_backend_login(struct session *s, const struct auth_user *u)
+{
+    free_secret(s->be_user);
+    free_secret(s->be_pass);
+    int own = u->backend_password != NULL;
+    s->be_user = own && u->backend_username != NULL ? xstrdup(u->backend_username) : NULL;
+    s->be_pass = own ? xstrdup(u->backend_password) : NULL;
+    s->be.user = s->be_user;
+    s->be.pass = s->be_pass;
+}
+
+/* Log s's own connection in to Redis again as its backend login: after
+ * RESET (which logs a Redis connection out) and after a login as a user
+ * with another backend login. The reply is the proxy's. */
+static void relogin(struct session *s)
+{
+    const struct config *cfg = s->srv->cfg;
+    const char *pass = s->be_pass != NULL ? s->be_pass : cfg->backend_password;
+    const char *user = s->be_pass != NULL ? s->be_user : cfg->backend_username;
+    size_t n;
+    if (pass == NULL)
+        return;
+    char *req = auth_request(user, pass, &n);
+    tob_add(s, req, n, 1);
+    OPENSSL_cleanse(req, n);
+    free(req);
+    if (s->reply_off)
+        return;
+    struct pending *e = q_push(s);
+    e->kind = PK_INTERNAL;
+    e->what = PW_RELOGIN;
+    owe(s, 1);
+}
+
+/* Log s in as u. HR_DONE when it is; else what the request waits for: its
+ * first connection (SM_AUTH; an AUTH is answered at once, a HELLO goes on
+ * once it is open), its own one (a shared session whose user has a backend
+ * login of its own), the replies owed before its connection logs in again.
+ * *refusal: the error when it cannot be. */
+static enum handled login_as(struct session *s, const struct auth_user *u, int hello,
+                             const char **refusal)
+{
+    int same = same_backend_login(s, u);
+    switch (s->mode) {
+    case SM_AUTH:
+        set_backend_login(s, u);
+        s->authed = 1;
+        open_own_connection(s);
+        return hello ? HR_CONNECT : HR_DONE;
+    case SM_SHARED:
+        if (!same)
+            return HR_PIN;
+        break;
+    case SM_OWN:
+        if (same)
+            break;
+        if (s->qlen > 0)
+            return HR_WAIT;
+        if (u->backend_password == NULL && s->srv->cfg->backend_password == NULL) {
+            *refusal = "-ERR ttlguard: this connection is logged in to Redis as another "
+                       "user's backend_user, and this user has no backend login to replace "
+                       "it: connect again to log in as this user\r\n";
+            return HR_DONE;
+        }
+        set_backend_login(s, u);
+        relogin(s);
+        break;
+    default:
+        set_backend_login(s, u);
+        break;
+    }
+    s->authed = 1;
+    return HR_DONE;
+}
+
+/* HELLO without its AUTH, as it goes on to Redis: encoded into buf. */
+static void hello_request(const struct login *lg, struct sbuf *buf, struct request *out)
+{
+    char hdr[32];
+    buf->len = 0;
+    sbuf_add(buf, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", lg->argc));
+    for (int i = 0; i < lg->argc; i++) {
+        sbuf_add(buf, hdr, (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", lg->argv[i].len));
+        sbuf_add(buf, lg->argv[i].p, lg->argv[i].len);
+        sbuf_add(buf, "\r\n", 2);
+    }
+    out->argc = lg->argc;
+    out->argv = (struct slice *)lg->argv;
+    out->raw = (struct slice){ buf->p, buf->len };
+    out->inline_cmd = 0;
+}
+
+/* ttlguard logs s in itself: AUTH and HELLO ... AUTH are answered here and
+ * nothing else passes before them (login.c). Returns 1 when req was handled
+ * (*h: how), 0 when it goes on as *fwd (req, or HELLO without its AUTH). */
+static int client_login(struct session *s, const struct request *req, struct req_plan *pl,
+                        struct request *fwd, enum handled *h)
+{
+    static struct login lg;
+    static struct sbuf hello;
+    const char *refusal = NULL;
+    login_judge(&s->srv->cfg->users, req, pl->ci, s->authed, &lg);
+    if (lg.verdict == LV_PASS)
         return 0;
-    for (int i = 2; i < req->argc; i++)
-        if (slice_eq_nocase(req->argv[i], "auth"))
+    if (s->in_multi) {
+        refusal = "-ERR ttlguard answers AUTH itself and cannot queue it in MULTI: "
+                  "send it before MULTI\r\n";
+        s->multi_dirty = 1;
+    } else if (lg.who != NULL) {
+        *h = login_as(s, lg.who, lg.verdict == LV_HELLO, &refusal);
+        if (*h != HR_DONE)
             return 1;
-    return 0;
+    }
+    if (lg.verdict == LV_HELLO && refusal == NULL) {
+        hello_request(&lg, &hello, fwd);
+        pl->raw_copy = 1;
+        return 0;
+    }
+    *h = HR_DONE;
+    s->srv->stats.requests++;
+    plan_replies(s, req, pl);
+    s->srv->stats.auth_errors += lg.failed;
+    if (pl->replies)
+        queue_local(s, refusal != NULL ? refusal : lg.reply,
+                    refusal != NULL ? strlen(refusal) : lg.reply_len, 0);
+    if (lg.verdict == LV_QUIT) {
+        s->close_after_flush = 1;
+        client_read_stop(s);
+    }
+    return 1;
 }
 
 static enum handled handle_request(struct session *s, const struct request *req)
@@ -1140,10 +1287,21 @@ static enum handled handle_request(struct session *s, const struct request *req)
     struct req_plan pl = { .ci = command_resolve(s->srv->commands, req->argv[0].p,
                                                  req->argv[0].len) };
     pl.id = pl.ci != NULL ? pl.ci->id : CID_OTHER;
+    struct request fwd = *req;
+    enum handled h;
+    if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
+        return h;
+    req = &fwd;
     if (s->mode == SM_OWN && s->srv->cfg->multiplex)
         consider_sharing(s, req, pl.ci);
     enum route rt = s->mode == SM_SHARED ? shared_route(s, req, pl.ci) : RT_HERE;
-    if (s->mode == SM_OWN && s->qlen > 0 && authenticates(req, pl.id))
+    /* AUTH, or HELLO ... AUTH. Redis 8.0 and Valkey 8.1 send no reply at all
+     * to a failed AUTH that arrives while an earlier reply of the connection
+     * is still pending (redis#15640): the proxy, which pairs replies with
+     * requests by count, would then give every later reply to the wrong
+     * request. On its own connection a session sends one only when nothing
+     * is owed (the shared connection is left for one that way already). */
+    if (s->mode == SM_OWN && s->qlen > 0 && login_carries_auth(req, pl.id))
         return HR_WAIT;
     if (s->mode == SM_OWN)
         s->served++;
@@ -1177,10 +1335,12 @@ static enum handled handle_request(struct session *s, const struct request *req)
     }
     if (!pl.queued)
         track_identity(s, req, pl.id);
-    send_request(s, req, v, &rw);
+    send_request(s, req, v, &pl, &rw);
     expect_replies(s, req, &pl, v, &rw);
     send_followup(s, &pl, &rw);
     track_multi(s, pl.mt);
+    if (pl.id == CID_RESET && req->argc == 1 && !pl.queued && s->mode == SM_OWN)
+        relogin(s);                 /* RESET logged the connection out of Redis */
     return HR_DONE;
 }
 
@@ -1222,12 +1382,33 @@ static int keep_rest(struct session *s, const char *data, size_t len, size_t pos
     return 0;
 }
 
+/* max_pending replies are owed: the next request waits until one is in.
+ * Our own replies at the head are owed nothing: they go first. */
+static int pending_full(struct session *s)
+{
+    if ((uint32_t)s->srv->cfg->max_pending > s->qlen)
+        return 0;
+    if (!reply_in_progress(s))
+        emit_locals(s);
+    s->cap_wait = (uint32_t)s->srv->cfg->max_pending <= s->qlen;
+    return s->cap_wait;
+}
+
+/* A reply came in: requests held back by max_pending go on. */
+static void pending_resume(struct session *s)
+{
+    if (!s->cap_wait || s->closing || s->qlen >= (uint32_t)s->srv->cfg->max_pending)
+        return;
+    s->cap_wait = 0;
+    process_input(s, s->ibuf, s->ilen, 1);
+}
+
 /* Frame and handle every complete request in data[0..len). */
 static void process_input(struct session *s, const char *data, size_t len, int in_ibuf)
 {
     if (s->framer == NULL)
         s->framer = req_framer_new();
-    req_framer_set_unauthenticated(s->framer, s->unauth);
+    req_framer_set_unauthenticated(s->framer, s->unauth || (s->ttlg_auth && !s->authed));
     req_framer_set_inline_join(s->framer, command_set_features(s->srv->commands) & FT_INLINE_JOIN);
 
     size_t pos = 0;
@@ -1245,18 +1426,23 @@ static void process_input(struct session *s, const char *data, size_t len, int i
             s->close_after_flush = 1;
             break;
         }
-        enum handled h = handle_request(s, &req);
+        enum handled h = pending_full(s) ? HR_WAIT : handle_request(s, &req);
         if (h != HR_DONE) {
             /* Leave the shared connection, or move to another one, or
-             * authenticate: this request and the ones after it wait in ibuf
-             * until the replies owed are in. */
+             * authenticate, or wait for replies under max_pending: this
+             * request and the ones after it wait in ibuf until the replies
+             * owed are in (or the connection is open). */
             pos = (size_t)(req.raw.p - data);
             req_framer_rewind(s->framer);
             if (h == HR_PIN)
                 s->pin_wait = 1;
-            else
+            else if (h == HR_WAIT && s->cap_wait == 0)
                 s->switch_wait = 1;
             client_read_stop(s);
+            break;
+        }
+        if (s->mode == SM_WAIT) {
+            client_read_stop(s);    /* logged in: the rest waits for the connection */
             break;
         }
     }
@@ -1349,7 +1535,8 @@ static void be_ready(struct bconn *b)
         s->ident_wait = 1;
         return;
     }
-    s->auth_required = srv->cfg->backend_password == NULL && srv->clients_must_auth;
+    s->auth_required = !s->ttlg_auth && srv->cfg->backend_password == NULL &&
+                       srv->clients_must_auth;
     s->unauth = s->auth_required;
     session_set_mode(s, SM_OWN);
     if (s->was_shared)
@@ -1388,6 +1575,7 @@ static void be_read_end(struct bconn *b)
         s->switch_wait = 0;         /* an AUTH waited for the replies owed */
         process_input(s, s->ibuf, s->ilen, 1);
     }
+    pending_resume(s);
     if (!s->closing)
         session_resume(s);
     maybe_finish(s);
@@ -1462,6 +1650,9 @@ void session_settle(struct session *s)
         if (s->closing)
             return;
     }
+    pending_resume(s);
+    if (s->closing)
+        return;
     session_resume(s);
     maybe_finish(s);
 }
@@ -1479,6 +1670,38 @@ static void on_client_tls(struct xport *x, const char *why)
     s->srv->stats.tls_handshake_errors++;
     log_info("TLS handshake with client %s failed: %s", client_name(s), why);
     session_close(s);
+}
+
+/* Protected mode, as Redis has it: with no password anywhere (clients do not
+ * log in to ttlguard, the proxy has no backend_password, and Redis asks
+ * clients for none) only clients on this host are served. Others are told
+ * why, then closed. Returns 1 when s was refused. */
+static int protected_refusal(struct session *s, int tls)
+{
+    static const char msg[] =
+        "-DENIED ttlguard is running in protected mode because protected mode is enabled "
+        "and no password is set: clients do not authenticate to ttlguard and Redis asks "
+        "them for none. In this mode connections are only accepted from the loopback "
+        "interface. If you want to connect from external computers, do one of the "
+        "following in ttlguard's config file, then reload it (SIGHUP): 1) set "
+        "client_password in [proxy], or add a [user \"NAME\"] section, so that clients "
+        "must AUTH; 2) set protected_mode = no, but MAKE SURE ttlguard is not publicly "
+        "accessible from the internet if you do so.\r\n";
+    struct server *srv = s->srv;
+    const struct config *cfg = srv->cfg;
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (!cfg->protected_mode || cfg->users.n > 0 || cfg->backend_password != NULL ||
+        (srv->auth_known && srv->clients_must_auth) || s->client.h.handle.type != UV_TCP ||
+        uv_tcp_getpeername(&s->client.h.tcp, (struct sockaddr *)&ss, &len) != 0 ||
+        sockaddr_is_loopback(&ss))
+        return 0;
+    srv->stats.clients_denied++;
+    uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+    if (!tls)
+        uv_try_write(&s->client.h.stream, &b, 1);
+    session_close(s);
+    return 1;
 }
 
 void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls,
@@ -1523,10 +1746,18 @@ void session_accept(struct server *srv, uv_stream_t *listener, struct tls_contex
         session_close(s);
         return;
     }
+    if (protected_refusal(s, tls != NULL))
+        return;
     if (listener->type == UV_TCP)
         uv_tcp_nodelay(&s->client.h.tcp, 1);
     if (tls != NULL && tls_start(&s->client, tls, NULL, on_client_tls) < 0) {
         session_close(s);
+        return;
+    }
+    if (srv->cfg->users.n > 0) {
+        s->ttlg_auth = 1;       /* no backend connection before the login */
+        session_set_mode(s, SM_AUTH);
+        session_resume(s);
         return;
     }
     open_own_connection(s);     /* multiplex = on: see consider_sharing() */
@@ -1545,6 +1776,12 @@ void session_cron(struct session *s, uint64_t now)
         s->srv->stats.tls_handshake_errors++;
         log_info("TLS handshake with client %s failed: not done within %d ms",
                  client_name(s), CLIENT_TLS_HANDSHAKE_MS);
+        session_close(s);
+        return;
+    }
+    if (s->mode == SM_AUTH && cfg->auth_timeout > 0 &&
+        now - s->accepted >= (uint64_t)cfg->auth_timeout * 1000) {
+        log_debug("client %s did not log in within auth_timeout", client_name(s));
         session_close(s);
         return;
     }

@@ -21,6 +21,8 @@
 
 /* Where a session's requests go. Changed only by session_set_mode(). */
 enum session_mode {
+    SM_AUTH,        /* ttlguard logs its clients in: this one has not yet, and has no
+                       backend connection (client_password, [user]) */
     SM_WAIT,        /* its own connection is being opened: the client is not read */
     SM_OWN,         /* its own backend connection (1:1) */
     SM_SHARED,      /* the shared connection (multiplex = on) */
@@ -51,6 +53,8 @@ enum pend_what {
     PW_TOPOLOGY,    /* CLUSTER SLOTS/SHARDS/NODES/REPLICAS (subkind: enum topo_kind): the
                        reply is held whole and its addresses rewritten (cluster.c); for an
                        EXEC (TOPO_EXEC) `local` has the kind of each element */
+    PW_RELOGIN,     /* PK_INTERNAL: the proxy's AUTH on the session's own connection, after
+                       RESET or a login as a user with another backend login */
     PW_CARRY,       /* CLIENT SETINFO / NO-EVICT of a shared session: +OK makes the session
                        remember it (`local`: the argument, owned; subkind: enum carried) */
     PW_GUARD,       /* a rewrite the server itself may refuse (-TTLGUARD ...): `local` holds
@@ -116,6 +120,11 @@ struct session {
     unsigned auth_required:1;       /* Redis wants this connection to authenticate */
     unsigned unauth:1;              /* the client has not authenticated (yet) */
     unsigned multi_dirty:1;         /* a command in this MULTI was rejected: EXEC aborts */
+    unsigned ttlg_auth:1;           /* ttlguard logs this client in itself (login.c) */
+    unsigned authed:1;              /* ...and it has logged in */
+    unsigned cap_wait:1;            /* max_pending replies owed: requests wait in ibuf */
+    char *be_user, *be_pass;        /* the backend login of the user it logged in as; pass
+                                       NULL: backend_username / backend_password */
     int db;                         /* SELECTed db, for events */
     char *client_name;              /* CLIENT SETNAME, for events; NULL when unset */
     char *lib_name, *lib_ver;       /* CLIENT SETINFO (replayed after sharing); NULL: unset */

@@ -10,6 +10,8 @@
 #include <limits.h>
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <uv.h>
 
@@ -211,6 +213,30 @@ int addr_parse(const char *text, struct addr *a, char *err, size_t errlen)
     return 0;
 }
 
+int sockaddr_is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family != AF_INET6)
+        return ss->ss_family == AF_UNIX;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
+int addr_is_loopback(const struct addr *a)
+{
+    struct sockaddr_storage ss;
+    if (a->is_unix || strcasecmp(a->host, "localhost") == 0)
+        return 1;
+    memset(&ss, 0, sizeof ss);
+    if (uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss) != 0)
+        return 0;
+    return sockaddr_is_loopback(&ss);
+}
+
 void addr_format(const struct addr *a, char *out, size_t outlen)
 {
     if (a->is_unix)
@@ -315,4 +341,15 @@ void sbuf_add(struct sbuf *b, const void *p, size_t n)
     sbuf_reserve(b, n);
     memcpy(b->p + b->len, p, n);
     b->len += n;
+}
+
+int hex_digit_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
 }

@@ -76,10 +76,17 @@ struct addr {
 };
 
 int addr_parse(const char *text, struct addr *a, char *err, size_t errlen);
+/* The value of one hex digit (either case), or -1. */
+int hex_digit_value(char c);
+
 /* Format for messages: "127.0.0.1:6379" or "unix:/tmp/redis.sock". */
 void addr_format(const struct addr *a, char *out, size_t outlen);
 
 struct sockaddr_storage;
+/* Only this host can reach it: a unix socket, localhost, 127.0.0.0/8, ::1
+ * (or ::ffff:127.x.y.z). Other names count as reachable from elsewhere. */
+int addr_is_loopback(const struct addr *a);
+int sockaddr_is_loopback(const struct sockaddr_storage *ss);
 /* A host:port to a socket address: numeric at once, a name through the
  * resolver (blocking: for start and reload only). 0, or -1 with err. */
 int addr_resolve(const struct addr *a, struct sockaddr_storage *ss, char *err, size_t errlen);

@@ -202,21 +202,22 @@ class Resp:
         self.s.close()
 
 
-def http_get(port, path, timeout=5):
+def http_get(port, path, timeout=5, headers=None):
     """(status, headers, body) of GET http://127.0.0.1:port/path."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, dict(r.headers), r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read().decode()
 
 
-def wait_http(port, path, want, timeout=10.0):
+def wait_http(port, path, want, timeout=10.0, headers=None):
     end = time.time() + timeout
     last = None
     while time.time() < end:
         try:
-            last = http_get(port, path, timeout=2)
+            last = http_get(port, path, timeout=2, headers=headers)
             if last[0] == want:
                 return last
         except OSError as e:
@@ -591,6 +592,9 @@ def cmd_k8s_live(args):
         return report("k8s-live")
     probes = {k: tg[k]["httpGet"]["path"] for k in ("startupProbe", "livenessProbe",
                                                     "readinessProbe") if k in tg}
+    # The headers each probe sends (admin_token: Authorization: Bearer ...).
+    sends = {k: {h["name"]: h["value"] for h in tg[k]["httpGet"].get("httpHeaders", [])}
+             for k in probes}
     with tempfile.TemporaryDirectory() as tmp:
         redis = Redis(tmp)
         admin, listen = free_port(), free_port()
@@ -600,7 +604,7 @@ def cmd_k8s_live(args):
         try:
             wait_port(admin, tgd.proc, "ttlguard admin")
             for kind, path in probes.items():
-                st = wait_http(admin, path, 200)
+                st = wait_http(admin, path, 200, headers=sends[kind])
                 expect(st[0] == 200, f"{kind} {path}: {st[0]} {st[2][:200]!r} with Redis up")
             c = Resp(listen)
             expect(c.call("SET", "session:k8s", "v") == ("ok", "OK"), "SET through the sidecar")
@@ -611,7 +615,7 @@ def cmd_k8s_live(args):
             redis.stop()
             for kind, path in probes.items():
                 want = 503 if kind == "readinessProbe" else 200
-                st = wait_http(admin, path, want)
+                st = wait_http(admin, path, want, headers=sends[kind])
                 expect(st[0] == want, f"{kind} {path} with Redis down: {st[0]}, want {want}")
         finally:
             rc = tgd.stop()
@@ -635,6 +639,8 @@ backend = 127.0.0.1:{backend}
 admin = 127.0.0.1:{admin}
 events = {events}
 event_window = 1
+watch = on
+watch_configure = on
 
 [default]
 action = allow

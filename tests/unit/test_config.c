@@ -351,7 +351,7 @@ Test(config, open_errors)
 Test(config, section_errors)
 {
     load_err("[proxy]\n\n[foo]\n", 3, "unknown section [foo] (expected [proxy], [default], "
-             "[ttl \"PREFIX\"] or [durable \"PREFIX\"])");
+             "[ttl \"PREFIX\"], [durable \"PREFIX\"] or [user \"NAME\"])");
     load_err("[Proxy]\n", 1, "unknown section [Proxy]");
     load_err("[]\n", 1, "unknown section []");
     load_err("[ttl]\nttl = 5\n", 1, "[ttl] needs a quoted prefix, like [ttl \"session:\"]");
