@@ -9,7 +9,8 @@
 # minutes each; a server that cannot be fetched or built fails the run; every
 # server is built with TLS, so the TLS tests run against each), then real
 # client libraries (tests/clients/run.sh: ioredis, node-redis, python3-redis,
-# standalone and cluster), then the deployment kit checked by its own tools
+# standalone and cluster), then faults under load (tests/chaos/chaos.py, 30 s
+# per connection mode), then the deployment kit checked by its own tools
 # (tests/deploy/run.sh), then the libFuzzer harnesses over their seed corpora
 # and 10 s of fuzzing each (clang), then the unit and integration tests again
 # with an ASan+UBSan build. The integration suite includes TLS (test_tls.py, a CA made
@@ -127,6 +128,17 @@ if TTLG_BIN="$PWD/build/ttlguard" bash tests/clients/run.sh; then
     summary+=("client libraries: ok")
 else
     failed=1; summary+=("client libraries: FAILED")
+fi
+# Faults and load at once (tests/chaos/chaos.py): the backend killed, paused,
+# dropping clients, out of memory, clients vanishing mid-request, with
+# redis-benchmark and checking clients through ttlguard, 30 s per connection
+# mode: no reply to the wrong client, no hang, ttlguard alive, descriptors and
+# RSS back near their baseline.
+echo "== [chaos] tests/chaos/chaos.py --seconds 30"
+if TTLG_BIN="$PWD/build/ttlguard" /usr/bin/python3 tests/chaos/chaos.py --seconds 30; then
+    summary+=("chaos: ok")
+else
+    failed=1; summary+=("chaos: FAILED")
 fi
 echo "== [deploy] tests/deploy/run.sh"
 if TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run.sh; then
