@@ -304,7 +304,8 @@ static int json_object(const char *line, size_t len, struct jobj *o)
         if (f == &scratch) {
             free(scratch.s.p);
         } else {
-            memcpy(f->name, name.p, name.len);
+            if (name.len > 0)           /* "": name.p may still be NULL */
+                memcpy(f->name, name.p, name.len);
             f->name[name.len] = '\0';
             o->n++;
         }
