@@ -448,6 +448,71 @@ int policy_guard_refused(const struct config *cfg, const char *guard, size_t len
     return 1;
 }
 
+/* The command itself, into b: its original argument bytes when unchanged
+ * (rw->orig_args), else argv[0..argc). */
+static void command_bytes(struct sbuf *b, const struct request *req, int modified, int argc,
+                          const struct slice *argv, struct rewrite *rw)
+{
+    if (!modified && !req->inline_cmd)
+        rw->orig_args = args_span(req);
+    else
+        sb_args(b, argc, argv);
+}
+
+/* INTO_DB_LUA for MOVE or COPY ... DB n: one key, found[0] (MOVE's, or COPY's
+ * destination, whose TTL is the source's). */
+static void into_db_script(const struct request *req, int db_argi, struct rewrite *rw)
+{
+    const struct finding *f = &found[0];
+    struct sbuf *b = &rw->pre;
+    int reject = f->action == EACT_REJECTED;
+    int src = reject ? 1 : f->argi;         /* reject checks the source */
+    struct slice db = req->argv[db_argi];
+    sb_printf(b, "*%d\r\n", 3 + 1 + 3 + req->argc);
+    sb_bulk_str(b, "EVAL");
+    sb_bulk_str(b, INTO_DB_LUA);
+    sb_bulk_str(b, "1");
+    sb_bulk(b, req->argv[src].p, req->argv[src].len);
+    sb_bulk_str(b, reject ? "r" : "w");
+    sb_bulk(b, db.p, db.len);
+    if (!reject) {
+        sb_bulk_ll(b, f->rule->ttl);
+        return;
+    }
+    char where[40];
+    struct sbuf msg = { 0 };
+    snprintf(where, sizeof where, "db %.*s", (int)(db.len > 20 ? 20 : db.len), db.p);
+    build_carry_reject(&msg, req->argv[0], req->argv[f->argi], f->rule, where, src != f->argi);
+    sb_bulk(b, msg.p, msg.len);
+    free(msg.p);
+    guard_add(&rw->guard, req->argv[f->argi]);
+}
+
+/* LEAVE_LUA for MIGRATE: found[0..np), each given its TTL or refused. */
+static void leave_script(const struct request *req, int np, struct rewrite *rw)
+{
+    struct sbuf *b = &rw->pre, msg = { 0 };
+    sb_printf(b, "*%d\r\n", 3 + 3 * np + req->argc);
+    sb_bulk_str(b, "EVAL");
+    sb_bulk_str(b, LEAVE_LUA);
+    sb_bulk_ll(b, np);
+    for (int i = 0; i < np; i++)
+        sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+    for (int i = 0; i < np; i++)
+        sb_bulk_str(b, found[i].action == EACT_REJECTED ? "r" : "w");
+    for (int i = 0; i < np; i++) {
+        const struct finding *f = &found[i];
+        if (f->action != EACT_REJECTED) {
+            sb_bulk_ll(b, f->rule->ttl);
+            continue;
+        }
+        build_carry_reject(&msg, req->argv[0], req->argv[f->argi], f->rule, "another server", 0);
+        sb_bulk(b, msg.p, msg.len);
+        guard_add(&rw->guard, req->argv[f->argi]);
+    }
+    free(msg.p);
+}
+
 /* MOVE, COPY ... DB n, MIGRATE: keys go to another database or server with
  * the TTL they have. Only one that has none already (leaked, or older than
  * its rule) arrives without, and only the server knows which: the command
@@ -492,56 +557,11 @@ static enum verdict check_carry(const struct config *cfg, const struct request *
     if (nrej > 0)
         guard_add(&rw->guard, name);
 
-    struct sbuf *b = &rw->pre;
-    struct sbuf msg = { 0 };
-    if (db_argi >= 0) {
-        /* One key: MOVE's, or COPY's destination, whose TTL is the source's. */
-        const struct finding *f = &found[0];
-        int reject = f->action == EACT_REJECTED;
-        int src = reject ? 1 : f->argi;
-        sb_printf(b, "*%d\r\n", 3 + 1 + 3 + req->argc);
-        sb_bulk_str(b, "EVAL");
-        sb_bulk_str(b, INTO_DB_LUA);
-        sb_bulk_str(b, "1");
-        sb_bulk(b, req->argv[src].p, req->argv[src].len);
-        sb_bulk_str(b, reject ? "r" : "w");
-        sb_bulk(b, req->argv[db_argi].p, req->argv[db_argi].len);
-        if (reject) {
-            char where[40];
-            snprintf(where, sizeof where, "db %.*s",
-                     (int)(req->argv[db_argi].len > 20 ? 20 : req->argv[db_argi].len),
-                     req->argv[db_argi].p);
-            build_carry_reject(&msg, name, req->argv[f->argi], f->rule, where, src != f->argi);
-            sb_bulk(b, msg.p, msg.len);
-            guard_add(&rw->guard, req->argv[f->argi]);
-        } else {
-            sb_bulk_ll(b, f->rule->ttl);
-        }
-    } else {
-        sb_printf(b, "*%d\r\n", 3 + 3 * np + req->argc);
-        sb_bulk_str(b, "EVAL");
-        sb_bulk_str(b, LEAVE_LUA);
-        sb_bulk_ll(b, np);
-        for (int i = 0; i < np; i++)
-            sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
-        for (int i = 0; i < np; i++)
-            sb_bulk_str(b, found[i].action == EACT_REJECTED ? "r" : "w");
-        for (int i = 0; i < np; i++) {
-            const struct finding *f = &found[i];
-            if (f->action != EACT_REJECTED) {
-                sb_bulk_ll(b, f->rule->ttl);
-                continue;
-            }
-            build_carry_reject(&msg, name, req->argv[f->argi], f->rule, "another server", 0);
-            sb_bulk(b, msg.p, msg.len);
-            guard_add(&rw->guard, req->argv[f->argi]);
-        }
-    }
-    free(msg.p);
-    if (!req->inline_cmd)
-        rw->orig_args = args_span(req);
+    if (db_argi >= 0)
+        into_db_script(req, db_argi, rw);
     else
-        sb_args(b, req->argc, req->argv);
+        leave_script(req, np, rw);
+    command_bytes(&rw->pre, req, 0, req->argc, req->argv, rw);
     return V_REWRITE;
 }
 
@@ -590,144 +610,87 @@ static enum verdict unjudged(const struct config *cfg, const struct request *req
     }
 }
 
-enum verdict policy_check(const struct config *cfg, const struct request *req,
-                          const struct policy_ctx *ctx, struct rewrite *rw)
+/* What one key's write breaks under its rule r: 0, 1 or 2 findings into f
+ * (a TTL both over max_ttl and extending a bound: two for the same key). */
+static int key_findings(const struct request *req, unsigned flags, const struct key_ref *k,
+                        const struct rule *r, struct finding *f)
 {
-    rw->pre.len = 0;
-    rw->tail.len = 0;
-    rw->exec_first = 0;
-    rw->followup.len = 0;
-    rw->err.len = 0;
-    rw->orig_args.len = 0;
-    rw->guard.len = 0;
+    f->argi = k->argi;
+    f->rule = r;
+    f->ttl_argi = -1;
+    switch (k->effect) {
+    case TE_CREATE:     f->effect = EFF_CREATES_WITHOUT_TTL; return 1;
+    case TE_OVERWRITE:  f->effect = EFF_DROPS_TTL; return 1;
+    case TE_PERSIST:    f->effect = EFF_PERSIST; return 1;
+    case TE_SETS_TTL:   break;
+    default:            return 0;
+    }
+    long long secs = 0;
+    if (k->ttl_argi < 0 || ttl_seconds(req->argv[k->ttl_argi], k->ttl_unit, &secs) != 0)
+        return 0;
+    int n = 0;
+    if (r->max_ttl > 0 && secs > r->max_ttl) {
+        f[0].effect = EFF_EXCEEDS_MAX_TTL;
+        f[0].ttl_argi = k->ttl_argi;
+        f[0].unit = k->ttl_unit;
+        n = 1;
+    }
+    if ((flags & CMD_EXPIRE) && r->refresh == REFRESH_BOUND &&
+        expire_may_extend(req->argc, req->argv)) {
+        f[n] = f[0];
+        f[n].effect = EFF_EXTENDS_TTL;
+        n++;
+    }
+    return n;
+}
 
-    if (policy_inactive(cfg))
-        return V_FORWARD;
+static enum ev_action finding_action(const struct rule *r, enum ev_effect e)
+{
+    switch (r->action) {
+    case ACTION_LOG:
+        return EACT_LOGGED;
+    case ACTION_REJECT:
+        /* A bound cannot be checked without reading the key: the LT form
+         * enforces it whatever the key holds. */
+        return e == EFF_EXTENDS_TTL ? EACT_REWRITTEN : EACT_REJECTED;
+    default:
+        return e == EFF_PERSIST ? EACT_REJECTED : EACT_REWRITTEN;
+    }
+}
 
-    struct slice name = req->argv[0];
-    if (ctx->cmd == NULL)
-        return unjudged(cfg, req, ctx, "unknown command", rw);
-    const struct command *cmd = ctx->cmd->row;
-    enum cmd_id id = ctx->cmd->id;
-    if (cmd == NULL)
-        return V_FORWARD;               /* a read */
-    unsigned flags = command_flags(cmd);
-    if (!command_arity_ok(cmd, req->argc))
-        return V_FORWARD;           /* Redis answers the arity error */
-
-    ensure_cap(req->argc);
-    int nk = command_keys(ctx->cmd, req->argc, req->argv, keys);
-    if (nk == -2)
-        return unjudged(cfg, req, ctx, flags & CMD_DERIVED ?
-                        "its key specs say too little to judge it" :
-                        "not judged by the proxy", rw);
-    if (nk <= 0)
-        return V_FORWARD;
-    if (flags & CMD_SCRIPT)
-        return check_script(cfg, req, nk, ctx, rw);
-    if (keys[0].effect == TE_CARRY)
-        return check_carry(cfg, req, nk, ctx, rw);
-
-    int nf = 0, reject = -1, rewrite = 0;
-    const char *derived = flags & CMD_DERIVED ?
-        "classified from the server's key specs, not verified by experiment" : NULL;
+/* The findings of every key the command writes, into found[] (durable
+ * writes are recorded on the way). Returns how many. */
+static int find_violations(const struct config *cfg, const struct request *req, int nk,
+                           unsigned flags, const struct policy_ctx *ctx)
+{
+    int nf = 0;
     for (int i = 0; i < nk; i++) {
         struct slice key = req->argv[keys[i].argi];
         const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
         if (r->kind == RULE_DURABLE) {
-            events_durable_write(r, name, key, keys[i].effect == TE_SETS_TTL, ctx->client);
+            events_durable_write(r, req->argv[0], key, keys[i].effect == TE_SETS_TTL,
+                                 ctx->client);
             continue;
         }
         if (r->action == ACTION_ALLOW)
             continue;
-
-        struct finding *f = &found[nf];
-        f->argi = keys[i].argi;
-        f->rule = r;
-        f->ttl_argi = -1;
-        switch (keys[i].effect) {
-        case TE_CREATE:
-            f->effect = EFF_CREATES_WITHOUT_TTL;
-            break;
-        case TE_OVERWRITE:
-            f->effect = EFF_DROPS_TTL;
-            break;
-        case TE_PERSIST:
-            f->effect = EFF_PERSIST;
-            break;
-        case TE_SETS_TTL: {
-            long long secs = 0;
-            if (keys[i].ttl_argi < 0 ||
-                ttl_seconds(req->argv[keys[i].ttl_argi], keys[i].ttl_unit, &secs) != 0)
-                continue;
-            int bound = (flags & CMD_EXPIRE) && r->refresh == REFRESH_BOUND &&
-                        expire_may_extend(req->argc, req->argv);
-            if (r->max_ttl > 0 && secs > r->max_ttl) {
-                f->effect = EFF_EXCEEDS_MAX_TTL;
-                f->ttl_argi = keys[i].ttl_argi;
-                f->unit = keys[i].ttl_unit;
-                if (bound) {
-                    /* capped and bound: a second finding for the same key */
-                    f->action = r->action == ACTION_LOG ? EACT_LOGGED :
-                                r->action == ACTION_REJECT ? EACT_REJECTED : EACT_REWRITTEN;
-                    if (f->action == EACT_REJECTED && reject < 0)
-                        reject = nf;
-                    rewrite |= f->action == EACT_REWRITTEN;
-                    nf++;
-                    f = &found[nf];
-                    *f = found[nf - 1];
-                    f->effect = EFF_EXTENDS_TTL;
-                }
-            } else if (bound) {
-                f->effect = EFF_EXTENDS_TTL;
-            } else {
-                continue;
-            }
-            break;
-        }
-        default:
-            continue;
-        }
-
-        switch (r->action) {
-        case ACTION_LOG:
-            f->action = EACT_LOGGED;
-            break;
-        case ACTION_REJECT:
-            /* A bound cannot be checked without reading the key: the NX form
-             * enforces it whatever the key holds. */
-            f->action = f->effect == EFF_EXTENDS_TTL ? EACT_REWRITTEN : EACT_REJECTED;
-            break;
-        default:
-            f->action = f->effect == EFF_PERSIST ? EACT_REJECTED : EACT_REWRITTEN;
-            break;
-        }
-        if (f->action == EACT_REJECTED && reject < 0)
-            reject = nf;
-        if (f->action == EACT_REWRITTEN)
-            rewrite = 1;
-        nf++;
+        int n = key_findings(req, flags, &keys[i], r, &found[nf]);
+        for (int j = nf; j < nf + n; j++)
+            found[j].action = finding_action(r, found[j].effect);
+        nf += n;
     }
-    if (nf == 0)
-        return V_FORWARD;
+    return nf;
+}
 
-    if (reject >= 0) {
-        /* The command does not run: every finding was refused with it. */
-        for (int i = 0; i < nf; i++)
-            events_violation_detail(found[i].rule, name, req->argv[found[i].argi],
-                                    found[i].effect, EACT_REJECTED, derived, ctx->client);
-        build_reject(&rw->err, name, id, req->argv[found[reject].argi], &found[reject]);
-        return V_REJECT;
-    }
-    for (int i = 0; i < nf; i++)
-        events_violation_detail(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
-                                found[i].action, derived, ctx->client);
-    if (!rewrite)
-        return V_FORWARD;
-
-    /* Arguments that change: capped TTLs, EXPIRE ... NX. */
-    int argc = req->argc, modified = 0, nnum = 0, np = 0;
-    memcpy(nargv, req->argv, sizeof *nargv * (size_t)argc);
+/* The arguments that change (nargv[0..*argc)): TTLs capped to max_ttl,
+ * EXPIRE ... LT for a bound, SET/GETSET ... KEEPTTL. The keys the rewrite
+ * must protect are compacted to found[0..*np). Returns 1 when argv changed. */
+static int new_args(const struct request *req, enum cmd_id id, int nf, int *argc, int *np)
+{
+    int modified = 0, nnum = 0;
+    *argc = req->argc;
+    *np = 0;
+    memcpy(nargv, req->argv, sizeof *nargv * (size_t)*argc);
     for (int i = 0; i < nf; i++) {
         struct finding *f = &found[i];
         if (f->action != EACT_REWRITTEN)
@@ -745,36 +708,88 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
              * TTL as infinite, so it still gives one to such a key. */
             static const struct slice lt = { "LT", 2 };
             int j = 3;
-            for (int k = 3; k < argc; k++)
+            for (int k = 3; k < *argc; k++)
                 if (slice_eq_nocase(nargv[k], "xx"))
                     nargv[j++] = nargv[k];
             nargv[j++] = lt;
-            argc = j;
+            *argc = j;
             modified = 1;
         } else if (f->effect == EFF_CREATES_WITHOUT_TTL || f->effect == EFF_DROPS_TTL) {
-            found[np] = *f;             /* compact: protected keys first */
-            found[np].effect = f->effect;
-            np++;
+            found[(*np)++] = *f;        /* compact: protected keys first */
         }
     }
     /* SET and GETSET drop a TTL; with KEEPTTL they keep it and are otherwise
      * the same command with the same reply (GETSET is SET ... GET), so the key
      * only needs a TTL when it had none: the create-only form, no script. */
-    if (np == 1 && found[0].effect == EFF_DROPS_TTL && found[0].argi == 1) {
+    if (*np == 1 && found[0].effect == EFF_DROPS_TTL && found[0].argi == 1) {
         static const struct slice set = { "SET", 3 }, keepttl = { "KEEPTTL", 7 },
                                   get = { "GET", 3 };
         if (id == CID_SET) {
-            nargv[argc++] = keepttl;
+            nargv[(*argc)++] = keepttl;
             found[0].effect = EFF_CREATES_WITHOUT_TTL;
             modified = 1;
-        } else if (id == CID_GETSET && argc == 3) {
+        } else if (id == CID_GETSET && *argc == 3) {
             nargv[0] = set;
-            nargv[argc++] = keepttl;
-            nargv[argc++] = get;
+            nargv[(*argc)++] = keepttl;
+            nargv[(*argc)++] = get;
             found[0].effect = EFF_CREATES_WITHOUT_TTL;
             modified = 1;
         }
     }
+    return modified;
+}
+
+/* MULTI; cmd; EXPIRE key ttl NX ...; EXEC. Atomic without Lua, so replies
+ * stay exact (Lua numbers are doubles: 2^53 and beyond would not survive a
+ * script). The session gives the client only the first element of EXEC's
+ * reply. */
+static void multi_form(const struct request *req, int modified, int argc, int np,
+                       struct rewrite *rw)
+{
+    struct sbuf *b = &rw->pre;
+    sb_str(b, "*1\r\n$5\r\nMULTI\r\n");
+    sb_printf(b, "*%d\r\n", argc);
+    command_bytes(b, req, modified, argc, nargv, rw);
+    struct sbuf *t = rw->orig_args.len ? &rw->tail : b;
+    for (int i = 0; i < np; i++) {
+        sb_str(t, "*4\r\n$6\r\nEXPIRE\r\n");
+        sb_bulk(t, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+        sb_bulk_ll(t, found[i].rule->ttl);
+        sb_str(t, "$2\r\nNX\r\n");
+    }
+    sb_str(t, "*1\r\n$4\r\nEXEC\r\n");
+    rw->exec_first = 2 + np;    /* +OK, +QUEUED per command, then EXEC */
+}
+
+/* The command inside WRAP_LUA, which also puts back the expiry of keys it
+ * overwrites. */
+static void wrap_form(const struct request *req, enum cmd_id id, int modified, int argc, int np,
+                      struct rewrite *rw)
+{
+    struct sbuf *b = &rw->pre;
+    sb_printf(b, "*%d\r\n", 3 + 3 * np + 1 + argc);
+    sb_bulk_str(b, "EVAL");
+    sb_bulk_str(b, WRAP_LUA);
+    sb_bulk_ll(b, np);
+    for (int i = 0; i < np; i++)
+        sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+    for (int i = 0; i < np; i++)
+        sb_bulk_ll(b, found[i].rule->ttl);
+    for (int i = 0; i < np; i++)
+        sb_bulk_str(b, found[i].effect == EFF_DROPS_TTL ? "o" : "c");
+    sb_bulk_str(b, id == CID_ZINCRBY || id == CID_ZADD ? "3" : "2");
+    command_bytes(b, req, modified, argc, nargv, rw);
+}
+
+/* Rewrite a command with nf findings, none refused: the MULTI form when the
+ * keys may only be created without a TTL, else the script; the command as
+ * sent plus a follow-up when neither can run it (blocking, noscript). */
+static enum verdict rewrite_command(const struct request *req, const struct policy_ctx *ctx,
+                                    unsigned flags, int nf, struct rewrite *rw)
+{
+    enum cmd_id id = ctx->cmd->id;
+    int argc, np;
+    int modified = new_args(req, id, nf, &argc, &np);
     int blocks = (flags & CMD_BLOCKING) && !ctx->in_multi;
     int create_only = 1;
     for (int i = 0; i < np; i++)
@@ -785,58 +800,78 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
      * overwrite then gets the rule's TTL rather than its own expiry back. */
     if (flags & CMD_DERIVED)
         create_only = 1;
-    struct sbuf *b = &rw->pre;
 
     if (np > 0 && create_only && !blocks && ctx->can_multi) {
-        /* MULTI; cmd; EXPIRE key ttl NX ...; EXEC. Atomic without Lua, so
-         * replies stay exact (Lua numbers are doubles: 2^53 and beyond would
-         * not survive a script). The session gives the client only the first
-         * element of EXEC's reply. */
-        sb_str(b, "*1\r\n$5\r\nMULTI\r\n");
-        if (!modified && !req->inline_cmd) {
-            sb_printf(b, "*%d\r\n", argc);
-            rw->orig_args = args_span(req);
-        } else {
-            sb_printf(b, "*%d\r\n", argc);
-            sb_args(b, argc, nargv);
-        }
-        struct sbuf *t = rw->orig_args.len ? &rw->tail : b;
-        for (int i = 0; i < np; i++) {
-            sb_str(t, "*4\r\n$6\r\nEXPIRE\r\n");
-            sb_bulk(t, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
-            sb_bulk_ll(t, found[i].rule->ttl);
-            sb_str(t, "$2\r\nNX\r\n");
-        }
-        sb_str(t, "*1\r\n$4\r\nEXEC\r\n");
-        rw->exec_first = 2 + np;    /* +OK, +QUEUED per command, then EXEC */
+        multi_form(req, modified, argc, np, rw);
         return V_REWRITE;
     }
-
-    int can_wrap = np > 0 && !(flags & (CMD_NOSCRIPT | CMD_DERIVED)) && !blocks &&
-                   argc < MAX_WRAP_ARGS;
-    if (can_wrap) {
-        sb_printf(b, "*%d\r\n", 3 + 3 * np + 1 + argc);
-        sb_bulk_str(b, "EVAL");
-        sb_bulk_str(b, WRAP_LUA);
-        sb_bulk_ll(b, np);
-        for (int i = 0; i < np; i++)
-            sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
-        for (int i = 0; i < np; i++)
-            sb_bulk_ll(b, found[i].rule->ttl);
-        for (int i = 0; i < np; i++)
-            sb_bulk_str(b, found[i].effect == EFF_DROPS_TTL ? "o" : "c");
-        sb_bulk_str(b, id == CID_ZINCRBY || id == CID_ZADD ? "3" : "2");
-        if (!modified && !req->inline_cmd)
-            rw->orig_args = args_span(req);
-        else
-            sb_args(b, argc, nargv);
+    if (np > 0 && !(flags & (CMD_NOSCRIPT | CMD_DERIVED)) && !blocks && argc < MAX_WRAP_ARGS) {
+        wrap_form(req, id, modified, argc, np, rw);
         return V_REWRITE;
     }
     if (np > 0)
         build_followup(&rw->followup, req, np);
     if (!modified)
         return V_FORWARD;
-    sb_printf(b, "*%d\r\n", argc);
-    sb_args(b, argc, nargv);
+    sb_printf(&rw->pre, "*%d\r\n", argc);
+    sb_args(&rw->pre, argc, nargv);
     return V_REWRITE;
+}
+
+enum verdict policy_check(const struct config *cfg, const struct request *req,
+                          const struct policy_ctx *ctx, struct rewrite *rw)
+{
+    rw->pre.len = 0;
+    rw->tail.len = 0;
+    rw->exec_first = 0;
+    rw->followup.len = 0;
+    rw->err.len = 0;
+    rw->orig_args.len = 0;
+    rw->guard.len = 0;
+
+    if (policy_inactive(cfg))
+        return V_FORWARD;
+    if (ctx->cmd == NULL)
+        return unjudged(cfg, req, ctx, "unknown command", rw);
+    const struct command *cmd = ctx->cmd->row;
+    if (cmd == NULL || !command_arity_ok(cmd, req->argc))
+        return V_FORWARD;               /* a read, or Redis answers the arity error */
+    unsigned flags = command_flags(cmd);
+
+    ensure_cap(req->argc);
+    int nk = command_keys(ctx->cmd, req->argc, req->argv, keys);
+    if (nk == -2)
+        return unjudged(cfg, req, ctx, flags & CMD_DERIVED ?
+                        "its key specs say too little to judge it" :
+                        "not judged by the proxy", rw);
+    if (nk <= 0)
+        return V_FORWARD;
+    if (flags & CMD_SCRIPT)
+        return check_script(cfg, req, nk, ctx, rw);
+    if (keys[0].effect == TE_CARRY)
+        return check_carry(cfg, req, nk, ctx, rw);
+
+    int nf = find_violations(cfg, req, nk, flags, ctx);
+    int reject = -1, rewrite = 0;
+    for (int i = 0; i < nf; i++) {
+        if (found[i].action == EACT_REJECTED && reject < 0)
+            reject = i;
+        rewrite |= found[i].action == EACT_REWRITTEN;
+    }
+    struct slice name = req->argv[0];
+    const char *derived = flags & CMD_DERIVED ?
+        "classified from the server's key specs, not verified by experiment" : NULL;
+    if (reject >= 0) {
+        /* The command does not run: every finding was refused with it. */
+        for (int i = 0; i < nf; i++)
+            events_violation_detail(found[i].rule, name, req->argv[found[i].argi],
+                                    found[i].effect, EACT_REJECTED, derived, ctx->client);
+        build_reject(&rw->err, name, ctx->cmd->id, req->argv[found[reject].argi],
+                     &found[reject]);
+        return V_REJECT;
+    }
+    for (int i = 0; i < nf; i++)
+        events_violation_detail(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
+                                found[i].action, derived, ctx->client);
+    return rewrite ? rewrite_command(req, ctx, flags, nf, rw) : V_FORWARD;
 }

@@ -293,3 +293,15 @@ def test_swapdb_stays_unverified(env):
     with Conn(proxy.port) as c:
         assert c.cmd("SWAPDB", "0", "1") == b"OK"
     rc.wait_recorded_all(proxy, proxy.events, [dict(event="unverified", command="SWAPDB")])
+
+
+def test_inline_move_is_judged_too(env):
+    """An inline command is rewritten from its argv (no argument bytes to reuse)."""
+    redis, proxy = env
+    with Conn(redis.port) as ctl:
+        ctl.cmd("FLUSHALL")
+        ctl.cmd("SET", "t:k", "v")
+    with Conn(proxy.port) as c:
+        c.send(b"MOVE t:k 4\r\n")
+        assert c.reply_raw()[1] == b":1\r\n"
+    assert near_rule_ttl(pttl(redis.port, "t:k", db=4))
