@@ -1,6 +1,7 @@
 /*
  * server: listener, signals and cron around the sessions (see server.h).
  */
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "watch.h"
 
 #define CRON_MS             100
+#define TRIM_MS             10000   /* free memory handed back to the system */
 #define SHUTDOWN_GRACE_MS   5000
 #define RBUF_SIZE           (256 * 1024)
 
@@ -108,6 +110,13 @@ static void on_cron(uv_timer_t *t)
     }
     control_cron(now, mux_in_use());
     watch_cron(now);
+    /* After a burst (thousands of clients gone, big replies passed) glibc
+     * keeps the freed pages; give them back, so RSS returns to its level. */
+    static uint64_t trimmed;
+    if (now - trimmed >= TRIM_MS) {
+        trimmed = now;
+        malloc_trim(0);
+    }
     if (srv->cfg->cluster)
         cluster_cron(now);
     if (srv->shutting_down && now >= srv->shutdown_deadline) {
