@@ -63,6 +63,7 @@ static const struct {
     { "evalsha", CID_EVALSHA, 0 },              { "evalsha_ro", CID_EVALSHA_RO, 0 },
     { "exec", CID_EXEC, CS_PIN },               { "getset", CID_GETSET, 0 },
     { "hello", CID_HELLO, 0 },             { "monitor", CID_MONITOR, CS_PIN },
+    { "mset", CID_MSET, 0 },
     { "multi", CID_MULTI, CS_PIN },             { "psubscribe", CID_PSUBSCRIBE, CS_PIN },
     { "psync", CID_PSYNC, CS_PIN },             { "punsubscribe", CID_PUNSUBSCRIBE, CS_PIN },
     { "quit", CID_QUIT, CS_PIN },               { "readonly", CID_OTHER, CS_PIN },

@@ -761,6 +761,44 @@ static void multi_form(const struct request *req, int modified, int argc, int np
     rw->exec_first = 2 + np;    /* +OK, +QUEUED per command, then EXEC */
 }
 
+static int protected_key(int argi, int np)
+{
+    for (int i = 0; i < np; i++)
+        if (found[i].argi == argi)
+            return 1;
+    return 0;
+}
+
+/* MSET k v ... with keys under rewrite rules: MULTI; SET k v per pair, with
+ * KEEPTTL for the keys under a rule; EXPIRE key ttl NX for those; EXEC. MSET
+ * drops every TTL: the other keys lose theirs, as with MSET, and those under
+ * a rule keep theirs or get the rule's. Two cheap commands per key instead
+ * of the script's per-key work; the client gets the first SET's +OK, which is
+ * MSET's reply. */
+static void mset_form(const struct request *req, int np, struct rewrite *rw)
+{
+    struct sbuf *b = &rw->pre;
+    int pairs = (req->argc - 1) / 2;
+    sb_str(b, "*1\r\n$5\r\nMULTI\r\n");
+    for (int i = 1; i + 1 < req->argc; i += 2) {
+        int keep = protected_key(i, np);
+        sb_printf(b, "*%d\r\n", keep ? 4 : 3);
+        sb_bulk_str(b, "SET");
+        sb_bulk(b, req->argv[i].p, req->argv[i].len);
+        sb_bulk(b, req->argv[i + 1].p, req->argv[i + 1].len);
+        if (keep)
+            sb_bulk_str(b, "KEEPTTL");
+    }
+    for (int i = 0; i < np; i++) {
+        sb_str(b, "*4\r\n$6\r\nEXPIRE\r\n");
+        sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+        sb_bulk_ll(b, found[i].rule->ttl);
+        sb_str(b, "$2\r\nNX\r\n");
+    }
+    sb_str(b, "*1\r\n$4\r\nEXEC\r\n");
+    rw->exec_first = 1 + pairs + np;    /* +OK, +QUEUED per command, then EXEC */
+}
+
 /* The command inside WRAP_LUA, which also puts back the expiry of keys it
  * overwrites. */
 static void wrap_form(const struct request *req, enum cmd_id id, int modified, int argc, int np,
@@ -782,8 +820,9 @@ static void wrap_form(const struct request *req, enum cmd_id id, int modified, i
 }
 
 /* Rewrite a command with nf findings, none refused: the MULTI form when the
- * keys may only be created without a TTL, else the script; the command as
- * sent plus a follow-up when neither can run it (blocking, noscript). */
+ * keys may only be created without a TTL (MSET: as SETs), else the script;
+ * the command as sent plus a follow-up when neither can run it (blocking,
+ * noscript). */
 static enum verdict rewrite_command(const struct request *req, const struct policy_ctx *ctx,
                                     unsigned flags, int nf, struct rewrite *rw)
 {
@@ -803,6 +842,10 @@ static enum verdict rewrite_command(const struct request *req, const struct poli
 
     if (np > 0 && create_only && !blocks && ctx->can_multi) {
         multi_form(req, modified, argc, np, rw);
+        return V_REWRITE;
+    }
+    if (np > 0 && id == CID_MSET && ctx->can_multi && !(flags & CMD_DERIVED)) {
+        mset_form(req, np, rw);
         return V_REWRITE;
     }
     if (np > 0 && !(flags & (CMD_NOSCRIPT | CMD_DERIVED)) && !blocks && argc < MAX_WRAP_ARGS) {
