@@ -1184,6 +1184,18 @@ static enum handled handle_request(struct session *s, const struct request *req)
     return HR_DONE;
 }
 
+/* Empty requests came before the next one. Redis resets the client after
+ * each (processInputBuffer: resetClient() with no command), which ends a
+ * pending CLIENT REPLY SKIP: the command after them is answered. Redis behind
+ * the proxy must see one too, or it would skip that reply. */
+static void empty_request(struct session *s)
+{
+    if (!s->reply_skip)
+        return;
+    s->reply_skip = 0;
+    tob_add(s, "\r\n", 2, 1);
+}
+
 /* Keep what is left of the input: a trailing partial request is copied
  * into ibuf when the bytes are in the shared read buffer, moved to its
  * front when they are in ibuf. Returns -1 when the session closed. */
@@ -1245,6 +1257,8 @@ static void process_input(struct session *s, const char *data, size_t len, int i
             s->close_after_flush = 1;
             break;
         }
+        if (req_framer_take_empty(s->framer))
+            empty_request(s);
         enum handled h = handle_request(s, &req);
         if (h != HR_DONE) {
             /* Leave the shared connection, or move to another one, or
