@@ -1093,12 +1093,15 @@ static void track_multi(struct session *s, int mt)
         s->in_multi = 1;
         break;
     case MT_EXEC:
+        if (!s->in_multi)
+            break;      /* "EXEC without MULTI": Redis keeps the WATCH */
         if (s->multi_nfix > 0)
             send_internal(s, s->multi_fix.p, s->multi_fix.len, s->multi_nfix);
         multi_reset(s);
         break;
     case MT_DISCARD:
-        multi_reset(s);
+        if (s->in_multi)
+            multi_reset(s);
         break;
     default:
         break;
