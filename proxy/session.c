@@ -921,10 +921,11 @@ static void plan_replies(struct session *s, const struct request *req, struct re
 {
     pl->mt = multi_cmd(req, pl->id);
     pl->queued = s->in_multi && pl->mt == MT_NONE;
-    if (!pl->queued && pl->id == CID_RESET && req->argc == 1) {
-        s->reply_off = 0;       /* RESET turns replies back on and answers */
-        s->reply_skip = 0;
-    }
+    if (!pl->queued && pl->id == CID_RESET && req->argc == 1)
+        s->reply_off = 0;       /* RESET turns replies back on and answers, unless
+                                 * it is the command a CLIENT REPLY SKIP skips:
+                                 * Redis clears OFF and a SKIP yet to come, not
+                                 * the skip of the running command */
     pl->replies = 1;
     pl->skipped = 0;
     int client_reply = !pl->queued && track_client_reply(s, req, pl->id, &pl->replies);
