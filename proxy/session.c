@@ -1037,8 +1037,16 @@ static void expect_replies(struct session *s, const struct request *req,
     }
     if (pl->queued && s->srv->cfg->cluster)
         note_queued_topology(s, req, pl->id);
-    if (!pl->replies || s->replica)
+    if (s->replica)
         return;
+    if (!pl->replies) {
+        /* Under CLIENT REPLY OFF|SKIP Redis still applies HELLO, RESET, AUTH:
+         * no reply will confirm or undo them, so they count as sent. */
+        struct pending unused = { .kind = PK_FORWARD };
+        if (!pl->queued && pl->id != CID_CLIENT)
+            track_request(s, req, pl->id, &unused);
+        return;
+    }
     struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
                           .t0 = loop_now_ns };
     if (pl->id == CID_CLIENT)
