@@ -39,12 +39,12 @@ def _int_reply(raw):
     return int(raw[1:-2]) if raw[:1] == b":" else None
 
 
-def _ttl_close(a, b, tolerance):
+def _ttl_close(a, b, unit, slack_ms):
     """TTL, PTTL, EXPIRETIME, PEXPIRETIME: -1 and -2 must match exactly; a
-    positive time may differ by the tolerance (the direct and proxied runs of
-    one batch are some milliseconds apart, and TTL rounds to seconds)."""
+    positive time may differ by slack_ms (plus one unit: TTL rounds)."""
     x, y = _int_reply(a), _int_reply(b)
-    return x is not None and y is not None and x > 0 and y > 0 and abs(x - y) <= tolerance
+    return x is not None and y is not None and x > 0 and y > 0 and \
+        abs(x - y) <= slack_ms / unit + 1
 
 
 def _unordered(a, b, grouped):
@@ -78,14 +78,14 @@ def _hello(a, b):
     return True
 
 
-def _exec(norms, a, b):
+def _exec(norms, a, b, slack_ms):
     """EXEC's array: each element compared as its queued command's reply."""
     sa, sb = split_aggregate(a), split_aggregate(b)
     if sa is None or sb is None or sa[0] != sb[0] or len(sa[1]) != len(sb[1]):
         return False
     if len(sa[1]) != len(norms):
         return False
-    return all(same(n, x, y) for n, x, y in zip(norms, sa[1], sb[1]))
+    return all(same(n, x, y, slack_ms) for n, x, y in zip(norms, sa[1], sb[1]))
 
 
 def same_unsub_group(ra, rb):
@@ -110,16 +110,17 @@ def same_group(norm, ra, rb):
     return sorted(ra) == sorted(rb)
 
 
-def same(norm, a, b):
+def same(norm, a, b, slack_ms):
     """True when reply bytes a (direct) and b (through ttlguard) agree under
-    the slot's normaliser."""
+    the slot's normaliser. slack_ms: how far apart in time the two runs of a
+    command may be (times and TTLs may differ by that much)."""
     if a == b:
         return True
     if isinstance(norm, tuple):
         if norm[0] == "ttl":
-            return _ttl_close(a, b, norm[1])
+            return _ttl_close(a, b, norm[1], slack_ms)
         if norm[0] == "exec":
-            return _exec(norm[1], a, b)
+            return _exec(norm[1], a, b, slack_ms)
     if norm in ("unordered", "pairs"):
         return _unordered(a, b, norm == "pairs")
     if norm in ("scan", "scanpairs"):

@@ -30,8 +30,9 @@ EXEC_STATE_CHANGERS = {b"SELECT", b"HELLO", b"SUBSCRIBE", b"PSUBSCRIBE", b"UNSUB
 
 # Replies that are not the same on two servers by nature. The value says how
 # they are compared instead (documented in compare_slot):
-#   ("ttl", tolerance): time left or expiry time; -1/-2 exact, positive values
-#       within tolerance (the direct and proxied runs are not the same instant)
+#   ("ttl", unit): time left or expiry time in units of `unit` ms; -1/-2
+#       exact, positive values within the case's slack (compare.same): the
+#       direct and proxied runs of a command are not the same instant
 #   "unordered": an array of members from a hash table; Redis seeds its hash
 #       function randomly per process, so the order differs between servers
 #   "pairs": field/value pairs from a hash table (HGETALL), order as above
@@ -46,8 +47,8 @@ EXEC_STATE_CHANGERS = {b"SELECT", b"HELLO", b"SUBSCRIBE", b"PSUBSCRIBE", b"UNSUB
 #   "hello": HELLO's reply carries the connection's "id" (CLIENT ID), which
 #       counts every connection the server saw (ttlguard's own included)
 NORMALISERS = {
-    b"TTL": ("ttl", 2), b"EXPIRETIME": ("ttl", 2),
-    b"PTTL": ("ttl", 2000), b"PEXPIRETIME": ("ttl", 2000),
+    b"TTL": ("ttl", 1000), b"EXPIRETIME": ("ttl", 1000),
+    b"PTTL": ("ttl", 1), b"PEXPIRETIME": ("ttl", 1),
     b"SMEMBERS": "unordered", b"SINTER": "unordered", b"SUNION": "unordered",
     b"SDIFF": "unordered", b"KEYS": "unordered", b"HKEYS": "unordered",
     b"HVALS": "unordered", b"HGETALL": "pairs",
