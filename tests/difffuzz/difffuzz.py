@@ -279,7 +279,7 @@ def run_case(env, case):
             if env.rules:
                 check_rule_ttls(env, bi)
             nreq += len(reqs)
-    compare_keyspaces(env, slack_ms(start))
+    compare_keyspaces(env, start)
     return len(plan), nreq
 
 
@@ -346,8 +346,10 @@ def ttl_agrees(env, key, pa, pb, slack):
     return abs(pa - pb) <= slack
 
 
-def compare_keyspaces(env, slack):
+def compare_keyspaces(env, start):
+    """Both snapshots, then the slack: PTTLs are read one snapshot apart."""
     sa, sb = snapshot(env.admin["direct"]), snapshot(env.admin["proxied"])
+    slack = slack_ms(start)
     for k in sorted(set(sa) | set(sb)):
         if k not in sa or k not in sb:
             raise Finding("keyspace", "only-" + ("direct" if k in sa else "proxied"),
