@@ -45,6 +45,7 @@ struct req_framer {
     const char *cb_err;     /* protocol error detected in a callback (static string) */
     int unauth;             /* apply redis's limits for unauthenticated clients */
     int inline_join;        /* Valkey 9's inline splitting (req_framer_set_inline_join()) */
+    int empty_seen;         /* an empty request was skipped (req_framer_take_empty()) */
     char err[160];
 };
 
@@ -373,6 +374,7 @@ static int inline_next(struct req_framer *f, const char *buf, size_t len, size_t
     size_t next = (size_t)(nl + 1 - buf);
     if (argc == 0) {                /* empty line: Redis skips it */
         *pos = next;
+        f->empty_seen = 1;
         return 2;
     }
     fill_argv(f, f->scratch, argc, req);
@@ -437,6 +439,7 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
                 reader_drop(f);         /* hiredis saw these bytes: resync */
             *pos = (size_t)(cr - buf) + 2;
             f->fed = *pos;
+            f->empty_seen = 1;
             return 2;
         }
 
@@ -494,6 +497,13 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
     *pos = end;
     f->busy = 0;
     return 1;
+}
+
+int req_framer_take_empty(struct req_framer *f)
+{
+    int seen = f->empty_seen;
+    f->empty_seen = 0;
+    return seen;
 }
 
 int req_next(struct req_framer *f, const char *buf, size_t len, size_t *pos, struct request *req)

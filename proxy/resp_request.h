@@ -71,6 +71,11 @@ void req_framer_rewind(struct req_framer *f);
 /* 1 when the framer holds no partial request. */
 int req_framer_idle(const struct req_framer *f);
 
+/* 1 when an empty request (an empty inline line, *0 or *-1) was skipped
+ * since the last call: Redis runs no command for one, but resets the client
+ * as after a command, which uses up a pending CLIENT REPLY SKIP. Clears it. */
+int req_framer_take_empty(struct req_framer *f);
+
 const char *req_framer_error(const struct req_framer *f);
 
 /* Give back memory held for parsing when idle (memcached's rbuf_release). */

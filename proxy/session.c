@@ -939,10 +939,11 @@ static void plan_replies(struct session *s, const struct request *req, struct re
 {
     pl->mt = multi_cmd(req, pl->id);
     pl->queued = s->in_multi && pl->mt == MT_NONE;
-    if (!pl->queued && pl->id == CID_RESET && req->argc == 1) {
-        s->reply_off = 0;       /* RESET turns replies back on and answers */
-        s->reply_skip = 0;
-    }
+    if (!pl->queued && pl->id == CID_RESET && req->argc == 1)
+        s->reply_off = 0;       /* RESET turns replies back on and answers, unless
+                                 * it is the command a CLIENT REPLY SKIP skips:
+                                 * Redis clears OFF and a SKIP yet to come, not
+                                 * the skip of the running command */
     pl->replies = 1;
     pl->skipped = 0;
     int client_reply = !pl->queued && track_client_reply(s, req, pl->id, &pl->replies);
@@ -1054,8 +1055,16 @@ static void expect_replies(struct session *s, const struct request *req,
     }
     if (pl->queued && s->srv->cfg->cluster)
         note_queued_topology(s, req, pl->id);
-    if (!pl->replies || s->replica)
+    if (s->replica)
         return;
+    if (!pl->replies) {
+        /* Under CLIENT REPLY OFF|SKIP Redis still applies HELLO, RESET, AUTH:
+         * no reply will confirm or undo them, so they count as sent. */
+        struct pending unused = { .kind = PK_FORWARD };
+        if (!pl->queued && pl->id != CID_CLIENT)
+            track_request(s, req, pl->id, &unused);
+        return;
+    }
     struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
                           .t0 = loop_now_ns };
     if (pl->id == CID_CLIENT)
@@ -1111,12 +1120,15 @@ static void track_multi(struct session *s, int mt)
         s->in_multi = 1;
         break;
     case MT_EXEC:
+        if (!s->in_multi)
+            break;      /* "EXEC without MULTI": Redis keeps the WATCH */
         if (s->multi_nfix > 0)
             send_internal(s, s->multi_fix.p, s->multi_fix.len, s->multi_nfix);
         multi_reset(s);
         break;
     case MT_DISCARD:
-        multi_reset(s);
+        if (s->in_multi)
+            multi_reset(s);
         break;
     default:
         break;
@@ -1344,6 +1356,18 @@ static enum handled handle_request(struct session *s, const struct request *req)
     return HR_DONE;
 }
 
+/* Empty requests came before the next one. Redis resets the client after
+ * each (processInputBuffer: resetClient() with no command), which ends a
+ * pending CLIENT REPLY SKIP: the command after them is answered. Redis behind
+ * the proxy must see one too, or it would skip that reply. */
+static void empty_request(struct session *s)
+{
+    if (!s->reply_skip)
+        return;
+    s->reply_skip = 0;
+    tob_add(s, "\r\n", 2, 1);
+}
+
 /* Keep what is left of the input: a trailing partial request is copied
  * into ibuf when the bytes are in the shared read buffer, moved to its
  * front when they are in ibuf. Returns -1 when the session closed. */
@@ -1426,6 +1450,8 @@ static void process_input(struct session *s, const char *data, size_t len, int i
             s->close_after_flush = 1;
             break;
         }
+        if (req_framer_take_empty(s->framer))
+            empty_request(s);       /* before it, whatever becomes of this request */
         enum handled h = pending_full(s) ? HR_WAIT : handle_request(s, &req);
         if (h != HR_DONE) {
             /* Leave the shared connection, or move to another one, or

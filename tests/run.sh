@@ -91,7 +91,9 @@ run_integration() {
 }
 
 run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-run_integration release build 1:1 TTLG_PROXY_CONF=multiplex=off
+# test_difffuzz.py fuzzes 30 s per mode in the first pass; the passes after
+# it fuzz 10 s per mode (the 1:1 pass only the 1:1 modes).
+run_integration release build 1:1 TTLG_PROXY_CONF=multiplex=off TTLG_DIFFFUZZ_SECONDS=10
 # servers.sh prints "NAME VERSION PATH" per server it has; a server it cannot
 # fetch or build makes it exit 1, and the run fails (the others still run).
 echo "== [servers] tests/servers.sh redis-8.0 valkey-8.1 valkey-9.1"
@@ -100,7 +102,7 @@ servers=$(bash tests/servers.sh redis-8.0 valkey-8.1 valkey-9.1) || servers_rc=$
 mapfile -t server_lines < <(grep . <<<"$servers" || true)
 for line in "${server_lines[@]}"; do
     read -r server version path <<<"$line"
-    run_integration release build "$server $version" TTLG_REDIS_SERVER="$path"
+    run_integration release build "$server $version" TTLG_REDIS_SERVER="$path" TTLG_DIFFFUZZ_SECONDS=10
 done
 if [ "$servers_rc" -ne 0 ] || [ "${#server_lines[@]}" -ne 3 ]; then
     echo "== [servers] tests/servers.sh failed (exit $servers_rc): not every server could be fetched or built" >&2
@@ -170,7 +172,7 @@ fi
 if [ "$fuzz_ok" -eq 1 ]; then summary+=("fuzz harnesses: ok"); else failed=1; summary+=("fuzz harnesses: FAILED"); fi
 if [ "$asan" -eq 1 ]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-    export TTLG_SANITIZED=1
+    export TTLG_SANITIZED=1 TTLG_DIFFFUZZ_SECONDS=10
     run_pass asan build-asan -DCMAKE_BUILD_TYPE=Debug -DTTLG_SANITIZE=ON
 fi
 
