@@ -130,12 +130,12 @@ static void apply_reply(struct session *s, struct pending *head, char type)
             s->monitor = 1;
         break;
     case PW_RESET:
+        /* What only a reply confirms; the protocol, the login and CLIENT
+         * REPLY were reset when RESET was sent, and a HELLO 3 or AUTH
+         * pipelined after it has set them again since. */
         if (type == '+') {
-            s->unauth = s->auth_required;   /* RESET logs out */
-            s->resp3 = 0;
             s->monitor = 0;
             s->nchan = s->npat = s->nshard = 0;
-            s->reply_off = s->reply_skip = 0;
         }
         break;
     case PW_SUB:

@@ -621,6 +621,7 @@ static void track_request(struct session *s, const struct request *req, enum cmd
         p->what = PW_RESET;
         s->resp3 = 0;
         s->authed = 0;              /* RESET logs the client out (of ttlguard too) */
+        s->unauth = s->auth_required;
         break;
     case CID_MONITOR:
         p->what = PW_MONITOR;
@@ -744,7 +745,7 @@ static void multi_reset(struct session *s)
 }
 
 /* State the events and the rewrites need: SELECT, CLIENT SETNAME, WATCH,
- * RESET. Set when forwarded: a refused SELECT leaves a wrong db in an
+ * pushes, RESET. Set when forwarded: a refused SELECT leaves a wrong db in an
  * event, nothing else. */
 static void track_identity(struct session *s, const struct request *req, enum cmd_id id)
 {
@@ -754,7 +755,15 @@ static void track_identity(struct session *s, const struct request *req, enum cm
         if (req->argc == 2 && slice_to_ll(req->argv[1], &db) == 0)
             s->db = (int)db;
         break;
+    case CID_SUBSCRIBE:
+    case CID_PSUBSCRIBE:
+    case CID_SSUBSCRIBE:
+        s->pushes |= s->resp3;
+        break;
     case CID_CLIENT:
+        if (req->argc >= 3 && slice_eq_nocase(req->argv[1], "tracking") &&
+            slice_eq_nocase(req->argv[2], "on"))
+            s->pushes |= s->resp3;
         if (req->argc == 3 && slice_eq_nocase(req->argv[1], "setname")) {
             free(s->client_name);
             s->client_name = req->argv[2].len ? xmemdup(req->argv[2].p, req->argv[2].len) : NULL;
@@ -776,6 +785,7 @@ static void track_identity(struct session *s, const struct request *req, enum cm
     case CID_RESET:
         if (req->argc == 1) {
             s->db = 0;
+            s->pushes = 0;
             free(s->client_name);
             s->client_name = NULL;
             multi_reset(s);
@@ -966,7 +976,8 @@ static enum verdict judge(struct session *s, const struct request *req,
     struct ev_client c;
     struct policy_ctx ctx = {
         .cmd = pl->ci, .resp3 = s->resp3, .in_multi = s->in_multi,
-        .can_multi = !s->in_multi && !s->watching && pl->replies && !s->reply_off,
+        .can_multi = !s->in_multi && !s->watching && pl->replies && !s->reply_off &&
+                     !s->pushes,
         .client = session_client(s, &c),
     };
     return policy_check(s->srv->cfg, req, &ctx, rw);

@@ -120,6 +120,9 @@ struct session {
     unsigned auth_required:1;       /* Redis wants this connection to authenticate */
     unsigned unauth:1;              /* the client has not authenticated (yet) */
     unsigned multi_dirty:1;         /* a command in this MULTI was rejected: EXEC aborts */
+    unsigned pushes:1;              /* RESP3 and subscribed or tracking (until RESET): Redis
+                                       7.0 writes a push as it happens, inside an EXEC reply
+                                       too, so the proxy makes no MULTI of its own */
     unsigned ttlg_auth:1;           /* ttlguard logs this client in itself (login.c) */
     unsigned authed:1;              /* ...and it has logged in */
     unsigned cap_wait:1;            /* max_pending replies owed: requests wait in ibuf */

@@ -526,3 +526,52 @@ def test_backend_refusing_writes_readonly_replica_same_errors(redis_srv, make_re
     p = refused_replies(proxy.port)
     assert d[0].startswith(b"-READONLY ")
     assert p == d
+
+
+@pytest.mark.redis_args("--notify-keyspace-events", "KA")
+@pytest.mark.parametrize("tracking", [False, True], ids=["psubscribe", "tracking"])
+def test_resp3_pushes_never_land_inside_the_proxys_exec(redis_srv, make_proxy, tracking):
+    """Redis 7.0 writes a push to a RESP3 client as it happens, inside an EXEC
+    reply too: a subscriber (here to its own keyspace notifications) or a
+    tracking client writing under a rewrite rule must still get each
+    command's own reply, so the proxy makes no MULTI of its own for it."""
+    proxy = make_proxy(redis_srv, sections=ttl_rule("rw:", "rewrite"))
+
+    def replies(port):
+        with Conn(redis_srv.port) as d:
+            d.cmd("FLUSHALL")
+        with Conn(port) as c:
+            assert not isinstance(c.cmd("HELLO", "3"), RespError)
+            if tracking:
+                assert c.cmd("CLIENT", "TRACKING", "ON") == b"OK"
+                c.cmd("GET", "rw:c")                        # tracked: INCR invalidates it
+            else:
+                c.send(enc("PSUBSCRIBE", "__keyspace*"))
+                c.reply_raw()
+            c.send(enc("INCR", "rw:c") + enc("INCR", "rw:c") + enc("HSET", "rw:h", "f", "v") +
+                   enc("PING"))
+            out = []
+            while not out or out[-1] != b"+PONG\r\n":
+                raw_reply = c.reply_raw()[1]
+                if not raw_reply.startswith(b">"):
+                    out.append(raw_reply)
+            return out
+    direct = replies(redis_srv.port)
+    assert replies(proxy.port) == direct == [b":1\r\n", b":2\r\n", b":1\r\n", b"+PONG\r\n"]
+    with Conn(redis_srv.port) as d:
+        assert d.cmd("PTTL", "rw:c") > 0 and d.cmd("PTTL", "rw:h") > 0
+
+
+def test_reset_then_hello_3_pipelined_keeps_resp3(redis_srv, make_proxy):
+    """RESET; HELLO 3 in one pipeline: RESET's reply, which arrives after HELLO
+    was sent, must not take the mirrored protocol back to RESP2 (difffuzz
+    case 005)."""
+    proxy = make_proxy(redis_srv, sections=ttl_rule("rw:", "rewrite"))
+    with Conn(proxy.port) as c:
+        c.send(enc("RESET") + enc("HELLO", "3") + enc("SET", "rw:k", "abc"))
+        assert c.reply_raw()[1] == b"+RESET\r\n"
+        assert c.reply_raw()[1].startswith(b"%")
+        assert c.reply_raw()[1] == b"+OK\r\n"
+        c.send(enc("PSUBSCRIBE", "*") + enc("PFMERGE", "rw:k", "x"))
+        assert c.reply_raw()[1].startswith(b">3\r\n$10\r\npsubscribe\r\n")
+        assert c.reply_raw()[1].startswith(b"-WRONGTYPE")
