@@ -13,6 +13,8 @@
 #include "watch.h"
 
 #define WATCH_OWED_MAX  100000          /* checks in flight, at most */
+#define WATCH_PAUSE_AT  20000           /* stop reading notifications (Redis buffers */
+#define WATCH_RESUME_AT 5000            /* them, up to its pubsub output limit) ... */
 #define RETRY_MS        1000
 #define FLAGS_MS        10000           /* notify-keyspace-events read again */
 #define NEEDED_FLAGS    "g$lshztd"      /* besides K: every class of write */
@@ -300,6 +302,8 @@ static void cmd_reply(struct bconn *b, const char *p, size_t n, int done, char t
     free(o->key);
     w.qhead = (w.qhead + 1) % w.qcap;
     w.qlen--;
+    if (w.qlen < WATCH_RESUME_AT && !w.sub.reading && w.sub.state == BC_READY)
+        bconn_read_start(&w.sub);
 }
 
 static void cmd_ready(struct bconn *b)
@@ -317,6 +321,8 @@ static void cmd_failed(struct bconn *b, const char *why, int was_ready)
         log_warn("watch: command connection lost: %s", why);
     w.out.len = 0;                  /* what it owed answers went with it */
     drop_owed();
+    if (!w.sub.reading && w.sub.state == BC_READY)
+        bconn_read_start(&w.sub);   /* further checks are missed, and counted */
     w.cmd_retry = now_ms_monotonic() + RETRY_MS;
 }
 
@@ -459,9 +465,14 @@ static void sub_reply(struct bconn *b, const char *p, size_t n, int done, char t
         sub_message(w.buf, w.len, type);
 }
 
+/* Backpressure: while too many checks are in flight, notifications wait in
+ * Redis's output buffer for the subscriber; one that outgrows Redis's
+ * client-output-buffer-limit pubsub is a lost subscription, said as a gap. */
 static void sub_read_end(struct bconn *b)
 {
     flush_out();
+    if (w.qlen >= WATCH_PAUSE_AT && w.sub.reading)
+        bconn_read_stop(&w.sub);
 }
 
 static void sub_ready(struct bconn *b)

@@ -27,9 +27,10 @@
  * While the subscription is down (backend restart, the server dropping a
  * subscriber that fell behind its pubsub output limit) writes go unseen: on
  * resubscribing the watcher says for how long, and that an audit of the
- * rules' prefixes is needed (ttlguard audit). Checks that cannot be sent
- * (the command connection down, more than WATCH_OWED_MAX in flight) are
- * counted as missed, and said the same way.
+ * rules' prefixes is needed (ttlguard audit). While many checks are in
+ * flight it stops reading notifications (backpressure: Redis holds them in
+ * the subscriber's output buffer). Checks that cannot be sent (the command
+ * connection down) are counted as missed, and said the same way.
  */
 #ifndef TTLG_WATCH_H
 #define TTLG_WATCH_H
