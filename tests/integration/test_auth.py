@@ -124,8 +124,22 @@ def requirepass_pair(make_redis, make_proxy, multiplex):
     return direct, proxy
 
 
+def skip_unless_redis_70():
+    """ttlguard answers logins itself, in Redis 7.0.15's words. Redis 8.0 and
+    Valkey word some of them differently (HELLO's NOAUTH; unknown commands and
+    wrong arity before the login on Valkey 9.1), and Redis 8.0 and Valkey 8.1
+    send no reply to a failed AUTH while an earlier one is pending
+    (redis#15640): the byte-for-byte comparison is with Redis 7.0.15 (README
+    "Client authentication")."""
+    name, version = harness.server_bin_identity()
+    if (name, version[:2]) != ("redis", (7, 0)):
+        pytest.skip("ttlguard answers logins as Redis 7.0.15 does; this is %s %s"
+                    % (name, ".".join(map(str, version))))
+
+
 @pytest.mark.parametrize("name,payload", CASES, ids=[c[0] for c in CASES])
 def test_replies_match_requirepass(requirepass_pair, name, payload):
+    skip_unless_redis_70()
     direct, proxy = requirepass_pair
     want = send_raw(direct.port, payload)
     assert send_raw(proxy.port, payload) == want
@@ -135,6 +149,7 @@ def test_arity_before_login_is_noauth(requirepass_pair):
     """The one difference, documented: before the login, a command Redis
     knows with the wrong number of arguments gets NOAUTH (Redis says wrong
     number of arguments); ttlguard does not know every command's arity."""
+    skip_unless_redis_70()
     direct, proxy = requirepass_pair
     assert send_raw(direct.port, enc("GET")).startswith(b"-ERR wrong number of arguments")
     assert send_raw(proxy.port, enc("GET")) == b"-NOAUTH Authentication required.\r\n"

@@ -6,7 +6,8 @@ replies, keyspaces and (with rules) TTLs compared.
   test_regression_case   every case in tests/difffuzz/cases/, in both
                          connection modes: each was a difference once
   test_fuzz              TTLG_DIFFFUZZ_SECONDS (default 30) of fresh cases per
-                         connection mode per rules mode; TTLG_DIFFFUZZ_SEED
+                         connection mode per rules mode, against Redis 7.0
+                         (the model's server; skipped on others); TTLG_DIFFFUZZ_SEED
                          sets the seed (default "ci", printed). A
                          finding is shrunk and its case file written to the
                          test's temporary directory; the failure shows it.
@@ -58,6 +59,10 @@ def test_regression_case(env_for, path, mode):
     problem = difffuzz.replay(env_for(mode), path)
     with open(path) as f:
         title = json.load(f).get("title", "")
+    if isinstance(problem, difffuzz.Invalid) and not _model_server():
+        pytest.skip("%s: this server answers the case differently from Redis 7.0.15, "
+                    "whose behaviour the connection model follows (%s)"
+                    % (os.path.basename(path), problem))
     assert problem is None, "%s (%s): %s" % (os.path.basename(path), title, problem)
 
 
@@ -79,16 +84,21 @@ def _model_server():
 @pytest.mark.timeout(SECONDS + 2 * SHRINK_SECONDS + 120)
 @pytest.mark.parametrize("mode", _fuzz_modes())
 def test_fuzz(env_for, tmp_path, capsys, mode):
+    if not _model_server():
+        # Redis 8.0 orders RESP3 pushes and replies, and answers some cases,
+        # differently from the model's Redis 7.0 (README "Differential
+        # fuzzing"): fresh cases are fuzzed against Redis 7.0.15, the saved
+        # ones replayed against every server.
+        pytest.skip("fresh cases are fuzzed against Redis 7.0.15 (the connection model's "
+                    "server); the saved cases are replayed against this one")
     found = str(tmp_path / "cases")
     st = difffuzz.campaign(env_for(mode), SEED, SECONDS, found, SHRINK_SECONDS,
                            log=lambda line: None)
     with capsys.disabled():
         sys.stdout.write("\ndifffuzz seed %s %s\n" % (SEED, st.line()))
-        if not _model_server():
-            sys.stdout.write("".join("  not covered: %s\n" % x for x in st.invalid[:10]))
     report = ["%s\n  case: %s%s\n%s" % (f, path, " (flaky)" if flaky else "",
                                         open(path).read()) for f, path, flaky in st.findings]
     assert not st.findings, "seed %s: %d findings\n%s" % (SEED, len(st.findings),
                                                          "\n".join(report))
-    assert not st.invalid or not _model_server(), \
+    assert not st.invalid, \
         "seed %s: cases the model does not cover:\n%s" % (SEED, "\n".join(st.invalid[:10]))
