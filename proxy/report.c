@@ -180,7 +180,13 @@ static int json_skip(struct jin *in)
         } else if (c == ',' || c == ':') {
             in->p++;
         } else {
-            while (in->p < in->end && !strchr(",:]} \t\r\n", *in->p))
+            /* A scalar, up to a delimiter; a NUL byte is part of it (strchr
+             * would find the terminator), and a value is never empty, so
+             * every turn moves on. */
+            const char *start = in->p;
+            while (in->p < in->end && (*in->p == '\0' || !strchr(",:]} \t\r\n", *in->p)))
+                in->p++;
+            if (in->p == start)
                 in->p++;
         }
     } while (depth > 0);

@@ -159,7 +159,7 @@ if CC=clang cmake -S . -B build-fuzz -DTTLG_FUZZ=ON -DTTLG_TESTS=OFF >/dev/null 
        fuzz_report >/dev/null; then
     for f in request reply policy config report admin; do
         work=$(mktemp -d)
-        if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-fuzz/fuzz_$f "$work" \
+        if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-fuzz/fuzz_$f "$work" -timeout=25 \
                 tests/fuzz/corpus/$f -max_total_time=10 -artifact_prefix="$work/" \
                 >"$work/log" 2>&1; then
             tail -n 40 "$work/log"; fuzz_ok=0
