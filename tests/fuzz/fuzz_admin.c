@@ -34,14 +34,7 @@
 #include "config.h"
 #include "events.h"
 #include "server.h"
-
-#define check(c)                                                                     \
-    do {                                                                             \
-        if (!(c)) {                                                                  \
-            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
+#include "fuzz_check.h"
 
 static struct server srv;
 static struct config cfg;

@@ -18,14 +18,7 @@
 #include <unistd.h>
 
 #include "config.h"
-
-#define check(c)                                                                     \
-    do {                                                                             \
-        if (!(c)) {                                                                  \
-            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
+#include "fuzz_check.h"
 
 static char path[64];
 

@@ -35,14 +35,7 @@
 #include "events.h"
 #include "policy.h"
 #include "resp_request.h"
-
-#define check(c)                                                                     \
-    do {                                                                             \
-        if (!(c)) {                                                                  \
-            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
+#include "fuzz_check.h"
 
 static const char CONFIG[] =
     "[proxy]\nlisten = 127.0.0.1:1\nbackend = 127.0.0.1:2\n"

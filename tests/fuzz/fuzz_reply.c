@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "resp_reply.h"
+#include "fuzz_check.h"
 
 struct outcome {
     size_t *ends;       /* offset just past each reply found */
@@ -29,15 +30,6 @@ struct outcome {
     const char *err;    /* NULL when no error */
     int idle;           /* reply_scanner_idle() after the last byte */
 };
-
-/* Like assert(), but on in every build and naming the broken invariant. */
-#define check(c)                                                                     \
-    do {                                                                             \
-        if (!(c)) {                                                                  \
-            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
 
 /* Scan data[0..len) in pieces whose sizes come from next_size(), recording
  * each reply end. */

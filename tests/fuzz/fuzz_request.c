@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "resp_request.h"
+#include "fuzz_check.h"
 
 #define PROTO_ERR "ERR Protocol error: "
 
@@ -41,15 +42,6 @@ struct outcome {
     int rc;                     /* last req_next() result: 0 or -1 */
     char err[256];
 };
-
-/* Like assert(), but on in every build and naming the broken invariant. */
-#define check(c)                                                                     \
-    do {                                                                             \
-        if (!(c)) {                                                                  \
-            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {

@@ -24,17 +24,6 @@
 
 static const char *unit_names[] = { "sec", "ms", "unix-sec", "unix-ms" };
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes the hex words of line in place. Returns argc, or -1 on bad input. */
 static int split_hex(char *line, struct slice *argv)
 {
@@ -47,7 +36,7 @@ static int split_hex(char *line, struct slice *argv)
         if (argc == MAX_ARGS || n % 2 != 0)
             return -1;
         for (size_t i = 0; i < n / 2; i++) {
-            int hi = hexval(w[2 * i]), lo = hexval(w[2 * i + 1]);
+            int hi = hex_digit_value(w[2 * i]), lo = hex_digit_value(w[2 * i + 1]);
 
             if (hi < 0 || lo < 0)
                 return -1;
