@@ -739,6 +739,19 @@ static int new_args(const struct request *req, enum cmd_id id, int nf, int *argc
     return modified;
 }
 
+/* The end of the proxy's MULTI: EXPIRE key ttl NX for each protected key
+ * (found[0..np)), then EXEC. */
+static void expire_nx_exec(struct sbuf *t, const struct request *req, int np)
+{
+    for (int i = 0; i < np; i++) {
+        sb_str(t, "*4\r\n$6\r\nEXPIRE\r\n");
+        sb_bulk(t, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+        sb_bulk_ll(t, found[i].rule->ttl);
+        sb_str(t, "$2\r\nNX\r\n");
+    }
+    sb_str(t, "*1\r\n$4\r\nEXEC\r\n");
+}
+
 /* MULTI; cmd; EXPIRE key ttl NX ...; EXEC. Atomic without Lua, so replies
  * stay exact (Lua numbers are doubles: 2^53 and beyond would not survive a
  * script). The session gives the client only the first element of EXEC's
@@ -751,13 +764,7 @@ static void multi_form(const struct request *req, int modified, int argc, int np
     sb_printf(b, "*%d\r\n", argc);
     command_bytes(b, req, modified, argc, nargv, rw);
     struct sbuf *t = rw->orig_args.len ? &rw->tail : b;
-    for (int i = 0; i < np; i++) {
-        sb_str(t, "*4\r\n$6\r\nEXPIRE\r\n");
-        sb_bulk(t, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
-        sb_bulk_ll(t, found[i].rule->ttl);
-        sb_str(t, "$2\r\nNX\r\n");
-    }
-    sb_str(t, "*1\r\n$4\r\nEXEC\r\n");
+    expire_nx_exec(t, req, np);
     rw->exec_first = 2 + np;    /* +OK, +QUEUED per command, then EXEC */
 }
 
@@ -789,13 +796,7 @@ static void mset_form(const struct request *req, int np, struct rewrite *rw)
         if (keep)
             sb_bulk_str(b, "KEEPTTL");
     }
-    for (int i = 0; i < np; i++) {
-        sb_str(b, "*4\r\n$6\r\nEXPIRE\r\n");
-        sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
-        sb_bulk_ll(b, found[i].rule->ttl);
-        sb_str(b, "$2\r\nNX\r\n");
-    }
-    sb_str(b, "*1\r\n$4\r\nEXEC\r\n");
+    expire_nx_exec(b, req, np);
     rw->exec_first = 1 + pairs + np;    /* +OK, +QUEUED per command, then EXEC */
 }
 
