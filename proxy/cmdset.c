@@ -65,6 +65,7 @@ static const struct {
     { "hello", CID_HELLO, 0 },             { "monitor", CID_MONITOR, CS_PIN },
     { "mset", CID_MSET, 0 },
     { "multi", CID_MULTI, CS_PIN },             { "psubscribe", CID_PSUBSCRIBE, CS_PIN },
+    { "ping", CID_PING, 0 },
     { "psync", CID_PSYNC, CS_PIN },             { "punsubscribe", CID_PUNSUBSCRIBE, CS_PIN },
     { "quit", CID_QUIT, CS_PIN },               { "readonly", CID_OTHER, CS_PIN },
     { "readwrite", CID_OTHER, CS_PIN },         { "replconf", CID_OTHER, CS_PIN },

@@ -45,7 +45,8 @@ static int unpaired_reply(struct session *s, char type, const struct pending *he
     return 0;
 }
 
-/* RESP2 subscription confirmation: *3 $N <kind> <name or nil> :<count> */
+/* Subscription confirmation: *3 (RESP2) or >3 (RESP3), $N <kind>, <name or
+ * nil>, :<count>. Anything else is left alone. */
 static void apply_confirmation(struct session *s)
 {
     const char *p = s->peek + 4;
@@ -115,14 +116,15 @@ static void apply_reply(struct session *s, struct pending *head, char type)
 {
     switch (head->what) {
     case PW_HELLO:
-        if (type == '-') {
-            s->resp3 = head->subkind & 1;   /* refused: the protocol did not change */
-            if (head->subkind & 2)
-                s->unauth = s->auth_required;
-        }
+        /* Refused: the protocol and the login did not change, unless a
+         * later request (sent before this reply came) changed them since. */
+        if (type == '-' && head->proto_gen == s->proto_gen)
+            s->resp3 = head->subkind & 1;
+        if (type == '-' && (head->subkind & 2) && head->login_gen == s->login_gen)
+            s->unauth = s->auth_required;
         break;
     case PW_CLIENT_AUTH:
-        if (type == '-')
+        if (type == '-' && head->login_gen == s->login_gen)
             s->unauth = s->auth_required;
         break;
     case PW_MONITOR:
@@ -193,6 +195,8 @@ static void rewrite_refused(struct session *s)
 static void reply_done(struct session *s, char type)
 {
     struct pending *head = q_head(s);
+    if (type == '>')
+        apply_confirmation(s);      /* RESP3: counted too, for a HELLO 2 later */
     if (unpaired_reply(s, type, head) || head == NULL)
         return;         /* a push, or unsolicited (an error before the server closes) */
     ASSERT(head->kind != PK_LOCAL);
@@ -214,7 +218,8 @@ static void reply_done(struct session *s, char type)
 /* Does the proxy need to look inside the reply being read? */
 static int inspect(const struct session *s, const struct pending *head, char type)
 {
-    return s->monitor || type == '-' || (!s->resp3 && s->nchan + s->npat + s->nshard > 0) ||
+    return s->monitor || type == '-' || type == '>' ||
+           (!s->resp3 && s->nchan + s->npat + s->nshard > 0) ||
            (head != NULL && head->what == PW_SUB);
 }
 

@@ -240,6 +240,8 @@ void q_pop(struct session *s)
     struct pending *p = &s->q[s->qhead];
     if (p->local_owned)
         free((char *)p->local);
+    if (p->what == PW_SUB || (p->what == PW_RESET && p->subkind))
+        s->sub_unsure--;
     s->qhead = (s->qhead + 1) % s->qcap;
     s->qlen--;
     if (s->qlen == 0 && s->qcap > 64) {     /* give memory back after a deep pipeline */
@@ -603,6 +605,7 @@ static void track_request(struct session *s, const struct request *req, enum cmd
     case CID_AUTH:
         if (req->argc == 2 || req->argc == 3) {
             p->what = PW_CLIENT_AUTH;
+            p->login_gen = ++s->login_gen;
             s->unauth = 0;
         }
         break;
@@ -611,14 +614,21 @@ static void track_request(struct session *s, const struct request *req, enum cmd
         p->subkind = s->resp3;
         if (req->argc >= 2 && slice_to_ll(req->argv[1], &ver) == 0 && (ver == 2 || ver == 3))
             s->resp3 = ver == 3;
+        p->proto_gen = ++s->proto_gen;
         for (int i = 2; i + 2 < req->argc; i++)
             if (slice_eq_nocase(req->argv[i], "auth")) {
                 p->subkind |= 2;
+                p->login_gen = ++s->login_gen;
                 s->unauth = 0;
             }
         break;
     case CID_RESET:
         p->what = PW_RESET;
+        s->proto_gen++;
+        s->login_gen++;
+        p->subkind = s->nchan + s->npat + s->nshard > 0 || s->sub_unsure > 0;
+        if (p->remaining == 0)      /* no reply will say so: it unsubscribes now */
+            s->nchan = s->npat = s->nshard = 0;
         s->resp3 = 0;
         s->authed = 0;              /* RESET logs the client out (of ttlguard too) */
         s->unauth = s->auth_required;
@@ -1071,7 +1081,7 @@ static void expect_replies(struct session *s, const struct request *req,
     if (!pl->replies) {
         /* Under CLIENT REPLY OFF|SKIP Redis still applies HELLO, RESET, AUTH:
          * no reply will confirm or undo them, so they count as sent. */
-        struct pending unused = { .kind = PK_FORWARD };
+        struct pending unused = { .kind = PK_FORWARD, .remaining = 0 };
         if (!pl->queued && pl->id != CID_CLIENT)
             track_request(s, req, pl->id, &unused);
         return;
@@ -1099,6 +1109,7 @@ static void expect_replies(struct session *s, const struct request *req,
     if (pe.remaining != 0) {            /* RESP3 pub/sub: confirmations are pushes */
         *q_push(s) = pe;
         owe(s, pe.remaining);
+        s->sub_unsure += pe.what == PW_SUB || (pe.what == PW_RESET && pe.subkind);
     }
     if (pe.what == PW_SYNC && s->qlen == 1)
         enter_replica(s);
@@ -1305,6 +1316,42 @@ static int client_login(struct session *s, const struct request *req, struct req
     return 1;
 }
 
+/* A RESP2 client with subscriptions may run only (P|S)(UN)SUBSCRIBE, PING,
+ * QUIT and RESET: Redis refuses the rest ("Can't execute ...") and changes
+ * nothing. Returns 1 for such a request, 0 for one Redis will run, -1 while
+ * that depends on replies still owed (a subscription change or a RESET). */
+static int pubsub_refused(const struct session *s, enum cmd_id id)
+{
+    if (s->resp3 || (s->nchan + s->npat + s->nshard == 0 && s->sub_unsure == 0))
+        return 0;
+    switch (id) {
+    case CID_SUBSCRIBE: case CID_PSUBSCRIBE: case CID_SSUBSCRIBE:
+    case CID_UNSUBSCRIBE: case CID_PUNSUBSCRIBE: case CID_SUNSUBSCRIBE:
+    case CID_PING: case CID_QUIT: case CID_RESET:
+        return 0;
+    default:
+        return s->sub_unsure > 0 ? -1 : 1;
+    }
+}
+
+/* ...so it goes to Redis as it is, for Redis's own error: no rule judges it
+ * and the proxy mirrors nothing it would have changed (HELLO, MULTI, CLIENT
+ * REPLY, AUTH). */
+static void forward_refused(struct session *s, const struct request *req)
+{
+    s->srv->stats.requests++;
+    s->be.t->requests++;
+    s->served++;
+    tob_add(s, req->raw.p, req->raw.len, 0);
+    if (s->reply_off || s->reply_skip) {
+        s->reply_skip = 0;
+        return;
+    }
+    struct pending *e = q_push(s);
+    e->kind = PK_FORWARD;
+    e->t0 = loop_now_ns;
+}
+
 static enum handled handle_request(struct session *s, const struct request *req)
 {
     struct req_plan pl = { .ci = command_resolve(s->srv->commands, req->argv[0].p,
@@ -1312,6 +1359,15 @@ static enum handled handle_request(struct session *s, const struct request *req)
     pl.id = pl.ci != NULL ? pl.ci->id : CID_OTHER;
     struct request fwd = *req;
     enum handled h;
+    if (s->mode == SM_OWN) {        /* a subscriber has a connection of its own */
+        int refused = pubsub_refused(s, pl.id);
+        if (refused < 0)
+            return HR_WAIT;
+        if (refused) {
+            forward_refused(s, req);
+            return HR_DONE;
+        }
+    }
     if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
         return h;
     req = &fwd;

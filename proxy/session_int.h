@@ -77,6 +77,8 @@ struct pending {
     uint8_t rewritten;      /* for the latency histograms; on PK_INTERNAL: the proxy's own part
                                of a rewrite (its MULTI, EXPIRE, a follow-up script), whose
                                error is a rewrite error */
+    uint8_t proto_gen;      /* PW_HELLO, PW_CLIENT_AUTH: the session's proto_gen and */
+    uint8_t login_gen;      /* login_gen once it was sent (a refusal undoes only the latest) */
     int32_t remaining;      /* replies still owed; -1: "as many as subscriptions" (PW_SUB) */
     uint32_t local_len;
     const char *local;      /* PK_LOCAL: the reply bytes */
@@ -126,6 +128,7 @@ struct session {
     unsigned ttlg_auth:1;           /* ttlguard logs this client in itself (login.c) */
     unsigned authed:1;              /* ...and it has logged in */
     unsigned cap_wait:1;            /* max_pending replies owed: requests wait in ibuf */
+    uint8_t proto_gen, login_gen;   /* protocol / login changes sent (HELLO, AUTH, RESET) */
     char *be_user, *be_pass;        /* the backend login of the user it logged in as; pass
                                        NULL: backend_username / backend_password */
     int db;                         /* SELECTed db, for events */
@@ -160,7 +163,9 @@ struct session {
     uint32_t peeklen;
     char tail[TAIL_MAX];
     uint32_t taillen;
-    int nchan, npat, nshard;        /* RESP2 subscriptions, mirrored from confirmations */
+    int nchan, npat, nshard;        /* subscriptions, mirrored from confirmations */
+    uint32_t sub_unsure;            /* entries queued whose reply may change them (RESP2
+                                       (un)subscribe; RESET while subscribed) */
 
     uint64_t last_active;           /* monotonic ms */
     uint64_t accepted;              /* monotonic ms: a TLS handshake must end in time */

@@ -97,11 +97,7 @@ class CaseGen:
         return self.r.choice(seq)
 
     def key(self, free=False):
-        """A key of the case; free=True: one whose TTL may be observed. A
-        RESP2 subscriber gets no key under the rewrite rule: Redis refuses
-        its commands, naming the command, and the rewritten command has
-        another name (resp2_subscriber())."""
-        free = free or self.resp2_subscriber()
+        """A key of the case; free=True: one whose TTL may be observed."""
         keys = [k for k in self.keys if not (free and self.rules and ruled(k))]
         return self.pick(keys) if keys else None
 
@@ -351,26 +347,16 @@ class CaseGen:
                           ["EVAL_RO", "return redis.call('GET', KEYS[1])", "1", k],
                           ["SCRIPT", "LOAD", SCRIPTS[i]], ["EVALSHA", sha, "1", k, self.val()]])
 
-    def resp2_subscriber(self):
-        """Known finding (README "Reliability"): Redis refuses all but
-        (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET from a RESP2 subscriber, and
-        ttlguard still mirrors the state such a refused command would set
-        (HELLO 3, MULTI, CLIENT REPLY...) or rewrites it under a rule. The
-        generator sends such a client no command that changes state."""
-        return self.model.subscribed() and self.model.proto == 2
-
     def c_conn(self):
         if self.model.multi:
             return ["PING"]
-        if self.resp2_subscriber():
-            return self.pick([["PING"], ["PING", self.val()], ["RESET"]])
         return self.pick([["PING"], ["PING", self.val()], ["ECHO", self.val()],
                           ["HELLO", self.pick(["2", "3", "3", "4"])],
                           ["CLIENT", "SETNAME", self.pick(["n1", "n2"])], ["CLIENT", "GETNAME"],
                           ["RESET"] if self.r.random() < 0.2 else ["PING"]])
 
     def c_reply(self):
-        if self.model.multi or self.model.subscribed():
+        if self.model.multi or (self.model.subscribed() and self.model.proto == 3):
             return None
         return ["CLIENT", "REPLY", self.pick(["ON", "OFF", "SKIP", "SKIP"])]
 
@@ -391,7 +377,7 @@ class CaseGen:
 
     def c_error(self):
         x = self.r.random()
-        if x < 0.3 or self.resp2_subscriber():
+        if x < 0.3:
             return ["NOSUCHCMD", self.key() or "k"]
         if x < 0.6:
             args = self.pick(self.builders)[1]() or ["GET"]
@@ -405,9 +391,11 @@ class CaseGen:
 
     def family_weights(self):
         """Weight of each builder family given the connection state: a RESP2
-        subscriber can do little else; a transaction wants closing."""
+        subscriber is refused all else (which must change nothing); a
+        transaction wants closing."""
         if self.model.subscribed() and self.model.proto == 2:
-            return {"pubsub": 12, "conn": 2, "str": 1, "error": 1}
+            return {"pubsub": 12, "conn": 2, "str": 1, "key": 1, "reply": 1, "tx": 1,
+                    "error": 1}
         w = {"str": 6, "list": 5, "hash": 4, "set": 4, "zset": 4, "stream": 3, "bitmap": 2,
              "hll": 2, "key": 6, "db": 1, "script": 2, "conn": 2, "reply": 1.5, "pubsub": 2,
              "tx": 2, "error": 2}

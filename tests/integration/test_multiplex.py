@@ -582,14 +582,24 @@ def test_requirepass_every_client_one_to_one(make_redis, make_proxy):
     assert d[5] == b"$1\r\n1\r\n" and d[7].startswith(b"-NOAUTH"), d
     assert p == d
 
-    # Each client of the proxy has a connection of its own.
-    base = len(proxy_conns(redis, "secret"))
+    # Each client of the proxy has a connection of its own: three opened
+    # after this point (the script's may still be closing, so a count of
+    # everything would race them).
+    top = max(int(d["id"]) for d in proxy_conns(redis, "secret"))
     conns = [Conn(proxy.port) for _ in range(3)]
     try:
         for c in conns:
             assert c.cmd("AUTH", "secret") == b"OK"
             assert c.cmd("GET", "x") == b"1"
-        wait_conns(redis, base + 3, "three authenticated clients", password="secret")
+        new = []
+        def three():
+            new[:] = [d for d in proxy_conns(redis, "secret") if int(d["id"]) > top]
+            return len(new) == 3
+        try:
+            wait_for(three, 5, "three authenticated clients")
+        except AssertionError:
+            raise AssertionError("expected 3 new backend connections, CLIENT LIST shows %d:\n%s"
+                                 % (len(new), "\n".join(map(str, new))))
     finally:
         for c in conns:
             c.close()

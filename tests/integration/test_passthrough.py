@@ -285,6 +285,20 @@ PAIRING = {
                                  ("CLIENT", "REPLY", "ON"), ("UNSUBSCRIBE",)],
     "reset-while-subscribed": [("SUBSCRIBE", "a"), ("PSUBSCRIBE", "p*"), ("RESET",),
                                ("GET", "k")],
+    # A RESP2 subscriber is refused all but (P|S)(UN)SUBSCRIBE, PING, QUIT
+    # and RESET, and the refused command changes nothing: HELLO 3, MULTI and
+    # CLIENT REPLY OFF here must leave the proxy's view of the connection
+    # alone, or the replies after them would be paired wrongly.
+    "resp2-subscriber-refused-state": [("SUBSCRIBE", "a"), ("CLIENT", "REPLY", "OFF"),
+                                       ("PING",), ("HELLO", "3"), ("PUBLISH", "a", "x"),
+                                       ("PING",), ("MULTI",), ("SET", "k", "v"), ("PING",),
+                                       ("EXEC",), ("UNSUBSCRIBE",), ("GET", "k")],
+    "resp2-subscriber-unsubscribe-pipelined": [("PSUBSCRIBE", "p*"), ("SUBSCRIBE", "a", "b"),
+                                               ("UNSUBSCRIBE",), ("GET", "k"),
+                                               ("PUNSUBSCRIBE", "p*"), ("SET", "k", "v"),
+                                               ("GET", "k")],
+    "resp2-subscriber-reset-pipelined": [("SUBSCRIBE", "a"), ("RESET",), ("MULTI",),
+                                         ("SET", "k", "v"), ("EXEC",)],
     "quit-inside-multi": [("MULTI",), ("SET", "k", "v")],
     "resp2-flattened-resp3-types": [("MULTI",), ("DEBUG", "PROTOCOL", "map"),
                                     ("DEBUG", "PROTOCOL", "attrib"), ("EXEC",)],

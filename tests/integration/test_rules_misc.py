@@ -575,3 +575,34 @@ def test_reset_then_hello_3_pipelined_keeps_resp3(redis_srv, make_proxy):
         c.send(enc("PSUBSCRIBE", "*") + enc("PFMERGE", "rw:k", "x"))
         assert c.reply_raw()[1].startswith(b">3\r\n$10\r\npsubscribe\r\n")
         assert c.reply_raw()[1].startswith(b"-WRONGTYPE")
+
+
+@pytest.mark.parametrize("action", ["rewrite", "reject"])
+def test_resp2_subscriber_write_is_refused_by_redis(redis_srv, make_proxy, action):
+    """A RESP2 subscriber's SET under a rule is refused by Redis itself (only
+    (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET run in that context): the client
+    gets Redis's error naming SET, not the rewrite's command or the rule's
+    refusal, and nothing is written. Pipelined after UNSUBSCRIBE, the same
+    SET runs and is judged."""
+    proxy = make_proxy(redis_srv, sections=ttl_rule("rw:", action))
+
+    def replies(port):
+        with Conn(port) as c:
+            c.cmd("DEL", "rw:s")
+            c.send(enc("SUBSCRIBE", "a") + enc("SET", "rw:s", "v") + enc("GETSET", "rw:s", "w") +
+                   enc("UNSUBSCRIBE", "a") + enc("SET", "rw:s", "v") + enc("PING"))
+            return [c.reply_raw()[1] for _ in range(6)]
+    direct = replies(redis_srv.port)
+    with Conn(redis_srv.port) as d:
+        assert d.cmd("TTL", "rw:s") == -1
+    got = replies(proxy.port)
+    assert got[:4] == direct[:4]
+    assert got[1].startswith(b"-ERR Can't execute 'set'"), got[1]
+    assert got[2].startswith(b"-ERR Can't execute 'getset'"), got[2]
+    with Conn(redis_srv.port) as d:
+        if action == "rewrite":
+            assert got[4:] == direct[4:]
+            assert d.cmd("TTL", "rw:s") > 0
+        else:
+            assert got[4].startswith(b"-TTLGUARD"), got[4]
+            assert d.cmd("EXISTS", "rw:s") == 0
