@@ -100,13 +100,25 @@ def same_unsub_group(ra, rb):
     return rest and sorted(x[1][1] for x in sa) == sorted(x[1][1] for x in sb)
 
 
+def same_publish_group(ra, rb):
+    """A PUBLISH's reply and the messages it delivers to its own client: the
+    reply (the one that is not a push) at the same place, byte for byte; the
+    messages in any order."""
+    def split(rs):
+        return ([(i, x) for i, x in enumerate(rs) if not x.startswith(b">")],
+                sorted(x for x in rs if x.startswith(b">")))
+    return split(ra) == split(rb)
+
+
 def same_group(norm, ra, rb):
-    """A group of replies that starts with a ("unsub", n) or ("pushes", n)
-    slot: compared as a whole."""
+    """A group of replies that starts with a ("unsub", n), ("pushes", n) or
+    ("publish", n) slot: compared as a whole."""
     if len(ra) != len(rb):
         return False
     if norm[0] == "unsub":
         return same_unsub_group(ra, rb)
+    if norm[0] == "publish":
+        return same_publish_group(ra, rb)
     return sorted(ra) == sorted(rb)
 
 

@@ -232,7 +232,7 @@ def compare_batch(bi, slots, reqs, ra, rb, slack_ms):
         norm = slots[i][1] if i < len(slots) else "exact"
         a = ra[i] if i < len(ra) else None
         b = rb[i] if i < len(rb) else None
-        if isinstance(norm, tuple) and norm[0] in ("unsub", "pushes"):
+        if isinstance(norm, tuple) and norm[0] in ("unsub", "pushes", "publish"):
             if compare.same_group(norm, ra[i:i + norm[1]], rb[i:i + norm[1]]):
                 i += norm[1]
                 continue

@@ -43,6 +43,10 @@ EXEC_STATE_CHANGERS = {b"SELECT", b"HELLO", b"SUBSCRIBE", b"PSUBSCRIBE", b"UNSUB
 #   ("pushes", n): the n messages one PUBLISH delivers to this client when
 #       several of its patterns match (Redis walks a dict of patterns): compared
 #       as a group, in any order
+#   ("publish", n): those messages and PUBLISH's own reply, which Redis 7.0
+#       sends after them and Redis 7.2+ before: the reply in the same place on
+#       both sides, the messages in any order (under CLIENT REPLY OFF|SKIP the
+#       group is ("pushes", n - 1))
 #   "push", "grouped": the rest of such a group (a lone "push" is exact)
 #   "hello": HELLO's reply carries the connection's "id" (CLIENT ID), which
 #       counts every connection the server saw (ttlguard's own included)
@@ -90,7 +94,8 @@ class ConnModel:
         if before != "on" and not self._reply_forced(args, before):
             # CLIENT REPLY OFF|SKIP drop replies, not the pushes of published
             # messages (Redis sets CLIENT_PUSHING for those).
-            slots = [s for s in slots if s == "push" or s[0] == "pushes"]
+            slots = [("pushes", s[1] - 1) if s[0] == "publish" else s for s in slots
+                     if s == "push" or s[0] in ("pushes", "publish")]
         # resetClient(): a pending skip is used up; a SKIP just run arms it.
         if self.reply == "skip":
             self.reply = "on"
@@ -198,7 +203,8 @@ class ConnModel:
 
     def _cmd_publish(self, args):
         """A RESP3 client subscribed to the channel gets its own message as a
-        push before PUBLISH's reply (one per matching channel and pattern)."""
+        push (one per matching channel and pattern), before PUBLISH's reply
+        in Redis 7.0, after it in 7.2+."""
         if len(args) != 3 or self.proto != 3:
             return ["exact"]
         ch = args[1].decode("latin-1")
@@ -206,7 +212,7 @@ class ConnModel:
         n += sum(fnmatchcase(ch, p.decode("latin-1")) for p in self.psubs)
         if n > 1:
             # Patterns are matched walking a dict of them: hash order.
-            return [("pushes", n)] + ["push"] * (n - 1) + ["exact"]
+            return [("publish", n + 1)] + ["push"] * (n - 1) + ["exact"]
         return ["push"] * n + ["exact"]
 
     # -- batch boundaries ----------------------------------------------------
