@@ -1316,21 +1316,25 @@ static int client_login(struct session *s, const struct request *req, struct req
     return 1;
 }
 
-/* A RESP2 client with subscriptions may run only (P|S)(UN)SUBSCRIBE, PING,
- * QUIT and RESET: Redis refuses the rest ("Can't execute ...") and changes
- * nothing. Returns 1 for such a request, 0 for one Redis will run, -1 while
- * that depends on replies still owed (a subscription change or a RESET). */
-static int pubsub_refused(const struct session *s, enum cmd_id id)
+/* Will Redis run a command in the client's pub/sub context? */
+enum pubsub_verdict {
+    PS_RUNS,
+    PS_REFUSED,     /* a RESP2 subscriber's: only (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET
+                       run, the rest is refused ("Can't execute ...") and changes nothing */
+    PS_UNKNOWN,     /* that depends on replies still owed (a subscription change, a RESET) */
+};
+
+static enum pubsub_verdict pubsub_context(const struct session *s, enum cmd_id id)
 {
     if (s->resp3 || (s->nchan + s->npat + s->nshard == 0 && s->sub_unsure == 0))
-        return 0;
+        return PS_RUNS;
     switch (id) {
     case CID_SUBSCRIBE: case CID_PSUBSCRIBE: case CID_SSUBSCRIBE:
     case CID_UNSUBSCRIBE: case CID_PUNSUBSCRIBE: case CID_SUNSUBSCRIBE:
     case CID_PING: case CID_QUIT: case CID_RESET:
-        return 0;
+        return PS_RUNS;
     default:
-        return s->sub_unsure > 0 ? -1 : 1;
+        return s->sub_unsure > 0 ? PS_UNKNOWN : PS_REFUSED;
     }
 }
 
@@ -1360,10 +1364,10 @@ static enum handled handle_request(struct session *s, const struct request *req)
     struct request fwd = *req;
     enum handled h;
     if (s->mode == SM_OWN) {        /* a subscriber has a connection of its own */
-        int refused = pubsub_refused(s, pl.id);
-        if (refused < 0)
+        enum pubsub_verdict ps = pubsub_context(s, pl.id);
+        if (ps == PS_UNKNOWN)
             return HR_WAIT;
-        if (refused) {
+        if (ps == PS_REFUSED) {
             forward_refused(s, req);
             return HR_DONE;
         }
