@@ -126,9 +126,34 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* v in decimal, written backwards from end; returns where it starts. Every
+ * rewrite writes a few headers and a TTL: printf costs several times this. */
+static char *decimal(char *end, long long v)
+{
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--end = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        *--end = '-';
+    return end;
+}
+
+/* "*<n>\r\n" or "$<n>\r\n". */
+static void sb_header(struct sbuf *b, char type, long long n)
+{
+    char tmp[24];
+    char *p = decimal(tmp + sizeof tmp - 2, n);
+    tmp[sizeof tmp - 2] = '\r';
+    tmp[sizeof tmp - 1] = '\n';
+    *--p = type;
+    sbuf_add(b, p, (size_t)(tmp + sizeof tmp - p));
+}
+
 static void sb_bulk(struct sbuf *b, const char *p, size_t n)
 {
-    sb_printf(b, "$%zu\r\n", n);
+    sb_header(b, '$', (long long)n);
     sbuf_add(b, p, n);
     sbuf_add(b, "\r\n", 2);
 }
@@ -141,8 +166,8 @@ static void sb_bulk_str(struct sbuf *b, const char *s)
 static void sb_bulk_ll(struct sbuf *b, long long v)
 {
     char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%lld", v);
-    sb_bulk(b, tmp, (size_t)n);
+    char *p = decimal(tmp + sizeof tmp, v);
+    sb_bulk(b, p, (size_t)(tmp + sizeof tmp - p));
 }
 
 static void sb_args(struct sbuf *b, int argc, const struct slice *argv)
@@ -335,7 +360,7 @@ static struct slice args_span(const struct request *req)
 static void build_followup(struct sbuf *b, const struct request *req, int np)
 {
     b->len = 0;
-    sb_printf(b, "*%d\r\n", 3 + 2 * np);
+    sb_header(b, '*', 3 + 2 * np);
     sb_bulk_str(b, "EVAL");
     sb_bulk_str(b, FIX_LUA);
     sb_bulk_ll(b, np);
@@ -468,7 +493,7 @@ static void into_db_script(const struct request *req, int db_argi, struct rewrit
     int reject = f->action == EACT_REJECTED;
     int src = reject ? 1 : f->argi;         /* reject checks the source */
     struct slice db = req->argv[db_argi];
-    sb_printf(b, "*%d\r\n", 3 + 1 + 3 + req->argc);
+    sb_header(b, '*', 3 + 1 + 3 + req->argc);
     sb_bulk_str(b, "EVAL");
     sb_bulk_str(b, INTO_DB_LUA);
     sb_bulk_str(b, "1");
@@ -492,7 +517,7 @@ static void into_db_script(const struct request *req, int db_argi, struct rewrit
 static void leave_script(const struct request *req, int np, struct rewrite *rw)
 {
     struct sbuf *b = &rw->pre, msg = { 0 };
-    sb_printf(b, "*%d\r\n", 3 + 3 * np + req->argc);
+    sb_header(b, '*', 3 + 3 * np + req->argc);
     sb_bulk_str(b, "EVAL");
     sb_bulk_str(b, LEAVE_LUA);
     sb_bulk_ll(b, np);
@@ -761,7 +786,7 @@ static void multi_form(const struct request *req, int modified, int argc, int np
 {
     struct sbuf *b = &rw->pre;
     sb_str(b, "*1\r\n$5\r\nMULTI\r\n");
-    sb_printf(b, "*%d\r\n", argc);
+    sb_header(b, '*', argc);
     command_bytes(b, req, modified, argc, nargv, rw);
     struct sbuf *t = rw->orig_args.len ? &rw->tail : b;
     expire_nx_exec(t, req, np);
@@ -789,7 +814,7 @@ static void mset_form(const struct request *req, int np, struct rewrite *rw)
     sb_str(b, "*1\r\n$5\r\nMULTI\r\n");
     for (int i = 1; i + 1 < req->argc; i += 2) {
         int keep = protected_key(i, np);
-        sb_printf(b, "*%d\r\n", keep ? 4 : 3);
+        sb_header(b, '*', keep ? 4 : 3);
         sb_bulk_str(b, "SET");
         sb_bulk(b, req->argv[i].p, req->argv[i].len);
         sb_bulk(b, req->argv[i + 1].p, req->argv[i + 1].len);
@@ -806,7 +831,7 @@ static void wrap_form(const struct request *req, enum cmd_id id, int modified, i
                       struct rewrite *rw)
 {
     struct sbuf *b = &rw->pre;
-    sb_printf(b, "*%d\r\n", 3 + 3 * np + 1 + argc);
+    sb_header(b, '*', 3 + 3 * np + 1 + argc);
     sb_bulk_str(b, "EVAL");
     sb_bulk_str(b, WRAP_LUA);
     sb_bulk_ll(b, np);
@@ -857,7 +882,7 @@ static enum verdict rewrite_command(const struct request *req, const struct poli
         build_followup(&rw->followup, req, np);
     if (!modified)
         return V_FORWARD;
-    sb_printf(&rw->pre, "*%d\r\n", argc);
+    sb_header(&rw->pre, '*', argc);
     sb_args(&rw->pre, argc, nargv);
     return V_REWRITE;
 }
