@@ -116,15 +116,17 @@ static void apply_reply(struct session *s, struct pending *head, char type)
 {
     switch (head->what) {
     case PW_HELLO:
-        /* Refused: the protocol and the login did not change, unless a
-         * later request (sent before this reply came) changed them since. */
+        /* Refused: the protocol did not change, unless a later HELLO or
+         * RESET (sent before this reply came) changed it since; nor did the
+         * login (a later login waits for this reply, and a RESET sent
+         * meanwhile set what a refusal sets). */
         if (type == '-' && head->proto_gen == s->proto_gen)
             s->resp3 = head->subkind & 1;
-        if (type == '-' && (head->subkind & 2) && head->login_gen == s->login_gen)
+        if (type == '-' && (head->subkind & 2))
             s->unauth = s->auth_required;
         break;
     case PW_CLIENT_AUTH:
-        if (type == '-' && head->login_gen == s->login_gen)
+        if (type == '-')
             s->unauth = s->auth_required;
         break;
     case PW_MONITOR:

@@ -605,7 +605,6 @@ static void track_request(struct session *s, const struct request *req, enum cmd
     case CID_AUTH:
         if (req->argc == 2 || req->argc == 3) {
             p->what = PW_CLIENT_AUTH;
-            p->login_gen = ++s->login_gen;
             s->unauth = 0;
         }
         break;
@@ -618,14 +617,12 @@ static void track_request(struct session *s, const struct request *req, enum cmd
         for (int i = 2; i + 2 < req->argc; i++)
             if (slice_eq_nocase(req->argv[i], "auth")) {
                 p->subkind |= 2;
-                p->login_gen = ++s->login_gen;
                 s->unauth = 0;
             }
         break;
     case CID_RESET:
         p->what = PW_RESET;
         s->proto_gen++;
-        s->login_gen++;
         p->subkind = s->nchan + s->npat + s->nshard > 0 || s->sub_unsure > 0;
         if (p->remaining == 0)      /* no reply will say so: it unsubscribes now */
             s->nchan = s->npat = s->nshard = 0;

@@ -77,8 +77,8 @@ struct pending {
     uint8_t rewritten;      /* for the latency histograms; on PK_INTERNAL: the proxy's own part
                                of a rewrite (its MULTI, EXPIRE, a follow-up script), whose
                                error is a rewrite error */
-    uint8_t proto_gen;      /* PW_HELLO, PW_CLIENT_AUTH: the session's proto_gen and */
-    uint8_t login_gen;      /* login_gen once it was sent (a refusal undoes only the latest) */
+    uint8_t proto_gen;      /* PW_HELLO: the session's proto_gen once it was sent (a refusal
+                               undoes only the latest change) */
     int32_t remaining;      /* replies still owed; -1: "as many as subscriptions" (PW_SUB) */
     uint32_t local_len;
     const char *local;      /* PK_LOCAL: the reply bytes */
@@ -128,7 +128,7 @@ struct session {
     unsigned ttlg_auth:1;           /* ttlguard logs this client in itself (login.c) */
     unsigned authed:1;              /* ...and it has logged in */
     unsigned cap_wait:1;            /* max_pending replies owed: requests wait in ibuf */
-    uint8_t proto_gen, login_gen;   /* protocol / login changes sent (HELLO, AUTH, RESET) */
+    uint8_t proto_gen;              /* protocol changes sent (HELLO, RESET) */
     char *be_user, *be_pass;        /* the backend login of the user it logged in as; pass
                                        NULL: backend_username / backend_password */
     int db;                         /* SELECTed db, for events */
