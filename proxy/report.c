@@ -255,7 +255,9 @@ static int json_value(struct jin *in, struct jfield *f)
         memcpy(tmp, start, n);
         tmp[n] = '\0';
         double d = strtod(tmp, &end);
-        if (*end != '\0')
+        /* The event log writes integers that fit a long long; anything else
+         * (1e300, NaN) is not one of its lines. */
+        if (*end != '\0' || !(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
             return -1;
         f->type = J_NUM;
         f->num = (long long)d;

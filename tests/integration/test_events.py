@@ -479,6 +479,19 @@ def test_report_shows_backend_server_warnings(tmp_path):
     assert not any("valkey" in l for l in lines), lines
 
 
+def test_report_skips_numbers_out_of_range(tmp_path):
+    """A number no long long holds (found by fuzz_report: converting it was
+    undefined behaviour) makes its line not an event line: counted, skipped."""
+    log = tmp_path / "events.jsonl"
+    ok = ('{"ts":"2026-12-01T10:00:01.000Z","event":"backend_server","server":"redis",'
+          '"version":"7.0.15","source":"backend","level":"ok","table_commands":%s,'
+          '"derived_commands":0,"unjudged_commands":0}\n')
+    log.write_text(ok % "124" + ok % "1.04444e+26" + ok % "-1e300" + ok % "nan")
+    r = run_report(str(log))
+    assert r.returncode == 0, r.stderr
+    assert b"(3 lines skipped: not event log lines)" in r.stdout, r.stdout
+
+
 def test_report_unreadable_file_exits_2(tmp_path):
     if not os.path.exists(harness.TTLG_BIN):
         pytest.skip("no ttlguard binary")
