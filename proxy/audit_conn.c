@@ -19,6 +19,7 @@
 
 #include "audit_conn.h"
 #include "tls.h"
+#include "util.h"
 
 /* One recv() takes up to this much. Large, so a pipelined batch of a few
  * thousand replies arrives in a handful of system calls. */
@@ -59,25 +60,11 @@ void abuf_free(struct abuf *b)
     memset(b, 0, sizeof *b);
 }
 
-/* Decimal digits of n written at p; returns the count. */
-static size_t put_u64(char *p, unsigned long long n)
-{
-    char tmp[24];
-    size_t i = 0;
-    do {
-        tmp[i++] = (char)('0' + n % 10);
-        n /= 10;
-    } while (n);
-    for (size_t j = 0; j < i; j++)
-        p[j] = tmp[i - 1 - j];
-    return i;
-}
-
 static void put_bulk(struct abuf *b, const char *s, size_t len)
 {
     char *p = b->p + b->len;
     *p++ = '$';
-    p += put_u64(p, len);
+    p += u64_to_dec(p, len);
     *p++ = '\r';
     *p++ = '\n';
     memcpy(p, s, len);
@@ -95,7 +82,7 @@ void abuf_command(struct abuf *b, int argc, const char **argv, const size_t *len
     abuf_reserve(b, need);
     char *p = b->p + b->len;
     *p++ = '*';
-    p += put_u64(p, (unsigned long long)argc);
+    p += u64_to_dec(p, (uint64_t)argc);
     *p++ = '\r';
     *p++ = '\n';
     b->len = (size_t)(p - b->p);

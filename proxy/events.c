@@ -169,15 +169,8 @@ void evbuf_adds(struct evbuf *b, const char *s)
 
 void evbuf_u64(struct evbuf *b, uint64_t v)
 {
-    char tmp[20];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    evbuf_reserve(b, (size_t)n);
-    while (n)
-        b->p[b->len++] = tmp[--n];
+    evbuf_reserve(b, 20);
+    b->len += u64_to_dec(b->p + b->len, v);
 }
 
 void evbuf_printf(struct evbuf *b, const char *fmt, ...)

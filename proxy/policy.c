@@ -126,34 +126,20 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-/* v in decimal, written backwards from end; returns where it starts. Every
- * rewrite writes a few headers and a TTL: printf costs several times this. */
-static char *decimal(char *end, long long v)
-{
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--end = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
-    if (v < 0)
-        *--end = '-';
-    return end;
-}
-
-/* "*<n>\r\n" or "$<n>\r\n". */
-static void sb_header(struct sbuf *b, char type, long long n)
+/* "*<n>\r\n" or "$<n>\r\n", without printf: every rewrite writes several. */
+static void sb_header(struct sbuf *b, char type, uint64_t n)
 {
     char tmp[24];
-    char *p = decimal(tmp + sizeof tmp - 2, n);
-    tmp[sizeof tmp - 2] = '\r';
-    tmp[sizeof tmp - 1] = '\n';
-    *--p = type;
-    sbuf_add(b, p, (size_t)(tmp + sizeof tmp - p));
+    tmp[0] = type;
+    size_t len = 1 + u64_to_dec(tmp + 1, n);
+    tmp[len++] = '\r';
+    tmp[len++] = '\n';
+    sbuf_add(b, tmp, len);
 }
 
 static void sb_bulk(struct sbuf *b, const char *p, size_t n)
 {
-    sb_header(b, '$', (long long)n);
+    sb_header(b, '$', n);
     sbuf_add(b, p, n);
     sbuf_add(b, "\r\n", 2);
 }
@@ -163,11 +149,10 @@ static void sb_bulk_str(struct sbuf *b, const char *s)
     sb_bulk(b, s, strlen(s));
 }
 
-static void sb_bulk_ll(struct sbuf *b, long long v)
+static void sb_bulk_u64(struct sbuf *b, uint64_t v)
 {
-    char tmp[24];
-    char *p = decimal(tmp + sizeof tmp, v);
-    sb_bulk(b, p, (size_t)(tmp + sizeof tmp - p));
+    char tmp[20];
+    sb_bulk(b, tmp, u64_to_dec(tmp, v));
 }
 
 static void sb_args(struct sbuf *b, int argc, const struct slice *argv)
@@ -363,11 +348,11 @@ static void build_followup(struct sbuf *b, const struct request *req, int np)
     sb_header(b, '*', 3 + 2 * np);
     sb_bulk_str(b, "EVAL");
     sb_bulk_str(b, FIX_LUA);
-    sb_bulk_ll(b, np);
+    sb_bulk_u64(b, np);
     for (int i = 0; i < np; i++)
         sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
     for (int i = 0; i < np; i++)
-        sb_bulk_ll(b, found[i].rule->ttl);
+        sb_bulk_u64(b, found[i].rule->ttl);
 }
 
 /* Scripts and functions declare their keys; what they do to them happens out
@@ -501,7 +486,7 @@ static void into_db_script(const struct request *req, int db_argi, struct rewrit
     sb_bulk_str(b, reject ? "r" : "w");
     sb_bulk(b, db.p, db.len);
     if (!reject) {
-        sb_bulk_ll(b, f->rule->ttl);
+        sb_bulk_u64(b, f->rule->ttl);
         return;
     }
     char where[40];
@@ -520,7 +505,7 @@ static void leave_script(const struct request *req, int np, struct rewrite *rw)
     sb_header(b, '*', 3 + 3 * np + req->argc);
     sb_bulk_str(b, "EVAL");
     sb_bulk_str(b, LEAVE_LUA);
-    sb_bulk_ll(b, np);
+    sb_bulk_u64(b, np);
     for (int i = 0; i < np; i++)
         sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
     for (int i = 0; i < np; i++)
@@ -528,7 +513,7 @@ static void leave_script(const struct request *req, int np, struct rewrite *rw)
     for (int i = 0; i < np; i++) {
         const struct finding *f = &found[i];
         if (f->action != EACT_REJECTED) {
-            sb_bulk_ll(b, f->rule->ttl);
+            sb_bulk_u64(b, f->rule->ttl);
             continue;
         }
         build_carry_reject(&msg, req->argv[0], req->argv[f->argi], f->rule, "another server", 0);
@@ -771,7 +756,7 @@ static void expire_nx_exec(struct sbuf *t, const struct request *req, int np)
     for (int i = 0; i < np; i++) {
         sb_str(t, "*4\r\n$6\r\nEXPIRE\r\n");
         sb_bulk(t, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
-        sb_bulk_ll(t, found[i].rule->ttl);
+        sb_bulk_u64(t, found[i].rule->ttl);
         sb_str(t, "$2\r\nNX\r\n");
     }
     sb_str(t, "*1\r\n$4\r\nEXEC\r\n");
@@ -834,11 +819,11 @@ static void wrap_form(const struct request *req, enum cmd_id id, int modified, i
     sb_header(b, '*', 3 + 3 * np + 1 + argc);
     sb_bulk_str(b, "EVAL");
     sb_bulk_str(b, WRAP_LUA);
-    sb_bulk_ll(b, np);
+    sb_bulk_u64(b, np);
     for (int i = 0; i < np; i++)
         sb_bulk(b, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
     for (int i = 0; i < np; i++)
-        sb_bulk_ll(b, found[i].rule->ttl);
+        sb_bulk_u64(b, found[i].rule->ttl);
     for (int i = 0; i < np; i++)
         sb_bulk_str(b, found[i].effect == EFF_DROPS_TTL ? "o" : "c");
     sb_bulk_str(b, id == CID_ZINCRBY || id == CID_ZADD ? "3" : "2");

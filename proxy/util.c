@@ -115,6 +115,19 @@ int slice_eq_nocase(struct slice s, const char *word)
     return s.len == n && strncasecmp(s.p, word, n) == 0;
 }
 
+size_t u64_to_dec(char *out, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
 int slice_to_ll(struct slice s, long long *out)
 {
     /* Same acceptance as redis string2ll: optional '-', digits, no leading

@@ -68,6 +68,11 @@ int slice_eq_nocase(struct slice s, const char *word);
  * Returns 0 on success, -1 when not an integer or out of range. */
 int slice_to_ll(struct slice s, long long *out);
 
+/* v in decimal at out (room for 20 bytes), no NUL; returns the length. For
+ * the hot paths that write RESP headers and numbers, where printf costs
+ * several times this. */
+size_t u64_to_dec(char *out, uint64_t v);
+
 /* A listen or backend address: "host:port", "[v6]:port" or "unix:/path". */
 struct addr {
     int is_unix;
