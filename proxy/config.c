@@ -575,16 +575,134 @@ static char *section_label(const char *kind, const char *name, size_t len)
     return label;
 }
 
+static const char *const section_names[] = {
+    [SECT_PROXY] = "proxy", [SECT_DEFAULT] = "default",
+    [SECT_TTL] = "ttl", [SECT_DURABLE] = "durable", [SECT_USER] = "user",
+};
+
+/* The quoted prefix or name of a [ttl], [durable] or [user] header, at *sp:
+ * unquoted into sec->rule.prefix, *sp moved past it. 0, or -1 with the error
+ * recorded and nothing left to free. */
+static int header_quoted(struct parse *p, const char *line, const char **sp,
+                         struct section *sec)
+{
+    const char *s = *sp;
+    const char *name = section_names[sec->kind];
+    if (*s != '"') {
+        if (sec->kind == SECT_USER)
+            fail_at(p, p->lineno, "[user] needs a quoted name, like [user \"app\"]");
+        else
+            fail_at(p, p->lineno, "[%s] needs a quoted prefix, like [%s \"session:\"]; "
+                    "for all keys use [default]", name, name);
+        return -1;
+    }
+    const char *end = quote_end(s);
+    if (end == NULL) {
+        fail_at(p, p->lineno, "missing closing '\"' after the prefix in %s", line);
+        return -1;
+    }
+    char *quoted = xmemdup(s, (size_t)(end + 1 - s));
+    char why[256];
+    int rc = rules_unquote(quoted, &sec->rule.prefix, &sec->rule.prefix_len, why, sizeof why);
+    free(quoted);
+    if (rc < 0) {
+        fail_at(p, p->lineno, "%s in %s", why, line);
+        return -1;
+    }
+    const char *bad = NULL;
+    if (sec->kind == SECT_USER && (sec->rule.prefix_len == 0 ||
+                                   strlen(sec->rule.prefix) != sec->rule.prefix_len ||
+                                   strpbrk(sec->rule.prefix, " \t\r\n") != NULL))
+        bad = "bad user name";
+    else if (sec->rule.prefix_len == 0)
+        bad = "empty prefix";
+    if (bad != NULL) {
+        free(sec->rule.prefix);
+        sec->rule.prefix = NULL;
+        if (sec->kind == SECT_USER)
+            fail_at(p, p->lineno, "%s in %s: a name is not empty and has no "
+                    "spaces, line breaks or NUL bytes", bad, line);
+        else
+            fail_at(p, p->lineno, "%s in [%s \"\"]: use [default] for a rule on "
+                    "all keys", bad, name);
+        return -1;
+    }
+    *sp = end + 1;
+    return 0;
+}
+
+/* What is left of a header line after its name and prefix, at s: a ']' and
+ * at most a comment. NULL, or what is wrong. */
+static const char *header_rest(const char *s)
+{
+    skip_blanks(&s);
+    if (*s != ']')
+        return "expected ']' to close the section header";
+    s++;
+    skip_blanks(&s);
+    if (*s != '\0' && *s != ';' && *s != '#')
+        return "unexpected text after ']' (only a ; or # comment may follow)";
+    return NULL;
+}
+
+/* A new section's rule defaults and label; a [user] takes its name over
+ * from rule.prefix. */
+static void section_init(struct parse *p, struct section *sec)
+{
+    const char *name = section_names[sec->kind];
+    switch (sec->kind) {
+    case SECT_PROXY:
+        break;
+    case SECT_DEFAULT:
+        sec->rule.kind = RULE_DEFAULT;
+        sec->rule.action = ACTION_ALLOW;
+        sec->rule.label = xstrdup("default");
+        break;
+    case SECT_USER:
+        sec->user.name = sec->rule.prefix;  /* the section owns it until it is handed over */
+        sec->rule.prefix = NULL;
+        sec->user.line = p->lineno;
+        sec->rule.label = section_label(name, sec->user.name, strlen(sec->user.name));
+        break;
+    case SECT_TTL:
+    case SECT_DURABLE:
+        sec->rule.kind = sec->kind == SECT_TTL ? RULE_TTL : RULE_DURABLE;
+        sec->rule.action = sec->kind == SECT_TTL ? ACTION_REWRITE : ACTION_ALLOW;
+        sec->rule.label = section_label(name, sec->rule.prefix, sec->rule.prefix_len);
+        break;
+    }
+    sec->rule.refresh = REFRESH_ALLOW;
+    sec->rule.line = p->lineno;
+}
+
+/* An earlier section sec repeats (one [proxy], one [default], one section
+ * per prefix or user name), or NULL. Configs hold hundreds of rules at most,
+ * so a linear look-back is fine. */
+static const struct section *section_repeated(const struct parse *p, const struct section *sec)
+{
+    for (size_t i = 0; i < p->nsec; i++) {
+        const struct section *o = &p->sec[i];
+        int same;
+        if (sec->kind == SECT_PROXY || sec->kind == SECT_DEFAULT)
+            same = o->kind == sec->kind;
+        else if (sec->kind == SECT_USER)
+            same = o->kind == SECT_USER && strcmp(o->user.name, sec->user.name) == 0;
+        else
+            same = (o->kind == SECT_TTL || o->kind == SECT_DURABLE) &&
+                   o->rule.prefix_len == sec->rule.prefix_len &&
+                   memcmp(o->rule.prefix, sec->rule.prefix, sec->rule.prefix_len) == 0;
+        if (same)
+            return o;
+    }
+    return NULL;
+}
+
 /* A header line: [proxy], [default], [ttl "PREFIX"], [durable "PREFIX"] or
  * [user "NAME"].
  * line starts with '[' and has no line break. Opens a new section or records
  * an error. */
 static void header_parse(struct parse *p, const char *line)
 {
-    static const char *const names[] = {
-        [SECT_PROXY] = "proxy", [SECT_DEFAULT] = "default",
-        [SECT_TTL] = "ttl", [SECT_DURABLE] = "durable", [SECT_USER] = "user",
-    };
     const char *s = line + 1;
     skip_blanks(&s);
     const char *word = s;
@@ -593,8 +711,8 @@ static void header_parse(struct parse *p, const char *line)
     size_t wlen = (size_t)(s - word);
 
     int kind = -1;
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
-        if (strlen(names[i]) == wlen && memcmp(names[i], word, wlen) == 0)
+    for (int i = 0; i < (int)(sizeof section_names / sizeof section_names[0]); i++) {
+        if (strlen(section_names[i]) == wlen && memcmp(section_names[i], word, wlen) == 0)
             kind = i;
     }
     if (kind < 0) {
@@ -606,103 +724,22 @@ static void header_parse(struct parse *p, const char *line)
     struct section sec = { .kind = (enum section_kind)kind, .line = p->lineno };
     skip_blanks(&s);
     if (kind == SECT_TTL || kind == SECT_DURABLE || kind == SECT_USER) {
-        if (*s != '"') {
-            if (kind == SECT_USER)
-                fail_at(p, p->lineno, "[user] needs a quoted name, like [user \"app\"]");
-            else
-                fail_at(p, p->lineno, "[%s] needs a quoted prefix, like [%s \"session:\"]; "
-                        "for all keys use [default]", names[kind], names[kind]);
+        if (header_quoted(p, line, &s, &sec) < 0)
             return;
-        }
-        const char *end = quote_end(s);
-        if (end == NULL) {
-            fail_at(p, p->lineno, "missing closing '\"' after the prefix in %s", line);
-            return;
-        }
-        char *quoted = xmemdup(s, (size_t)(end + 1 - s));
-        char why[256];
-        int rc = rules_unquote(quoted, &sec.rule.prefix, &sec.rule.prefix_len, why, sizeof why);
-        free(quoted);
-        if (rc < 0) {
-            fail_at(p, p->lineno, "%s in %s", why, line);
-            return;
-        }
-        if (kind == SECT_USER && (sec.rule.prefix_len == 0 ||
-                                  strlen(sec.rule.prefix) != sec.rule.prefix_len ||
-                                  strpbrk(sec.rule.prefix, " \t\r\n") != NULL)) {
-            free(sec.rule.prefix);
-            fail_at(p, p->lineno, "bad user name in %s: a name is not empty and has no "
-                    "spaces, line breaks or NUL bytes", line);
-            return;
-        }
-        if (sec.rule.prefix_len == 0) {
-            free(sec.rule.prefix);
-            fail_at(p, p->lineno, "empty prefix in [%s \"\"]: use [default] for a rule on "
-                    "all keys", names[kind]);
-            return;
-        }
-        s = end + 1;
-        skip_blanks(&s);
     } else if (*s == '"') {
-        fail_at(p, p->lineno, "[%s] takes no prefix", names[kind]);
+        fail_at(p, p->lineno, "[%s] takes no prefix", section_names[kind]);
         return;
     }
-
-    const char *why = NULL;
-    if (*s != ']')
-        why = "expected ']' to close the section header";
-    else {
-        s++;
-        skip_blanks(&s);
-        if (*s != '\0' && *s != ';' && *s != '#')
-            why = "unexpected text after ']' (only a ; or # comment may follow)";
-    }
+    const char *why = header_rest(s);
     if (why != NULL) {
         free(sec.rule.prefix);
         fail_at(p, p->lineno, "%s: %s", why, line);
         return;
     }
 
-    switch (sec.kind) {
-    case SECT_PROXY:
-        break;
-    case SECT_DEFAULT:
-        sec.rule.kind = RULE_DEFAULT;
-        sec.rule.action = ACTION_ALLOW;
-        sec.rule.label = xstrdup("default");
-        break;
-    case SECT_USER:
-        sec.user.name = sec.rule.prefix;    /* the section owns it until it is handed over */
-        sec.rule.prefix = NULL;
-        sec.user.line = p->lineno;
-        sec.rule.label = section_label(names[kind], sec.user.name, strlen(sec.user.name));
-        break;
-    case SECT_TTL:
-    case SECT_DURABLE: {
-        sec.rule.kind = sec.kind == SECT_TTL ? RULE_TTL : RULE_DURABLE;
-        sec.rule.action = sec.kind == SECT_TTL ? ACTION_REWRITE : ACTION_ALLOW;
-        sec.rule.label = section_label(names[kind], sec.rule.prefix, sec.rule.prefix_len);
-        break;
-    }
-    }
-    sec.rule.refresh = REFRESH_ALLOW;
-    sec.rule.line = p->lineno;
-
-    /* One [proxy], one [default], one section per prefix. Configs hold
-     * hundreds of rules at most, so a linear look-back is fine. */
-    for (size_t i = 0; i < p->nsec; i++) {
-        const struct section *o = &p->sec[i];
-        int same;
-        if (sec.kind == SECT_PROXY || sec.kind == SECT_DEFAULT)
-            same = o->kind == sec.kind;
-        else if (sec.kind == SECT_USER)
-            same = o->kind == SECT_USER && strcmp(o->user.name, sec.user.name) == 0;
-        else
-            same = (o->kind == SECT_TTL || o->kind == SECT_DURABLE) &&
-                   o->rule.prefix_len == sec.rule.prefix_len &&
-                   memcmp(o->rule.prefix, sec.rule.prefix, sec.rule.prefix_len) == 0;
-        if (!same)
-            continue;
+    section_init(p, &sec);
+    const struct section *o = section_repeated(p, &sec);
+    if (o != NULL) {
         if (sec.kind == SECT_PROXY || sec.kind == SECT_DEFAULT || sec.kind == SECT_USER)
             fail_at(p, p->lineno, "second [%s] section (the first is at line %d): "
                     "put all its keys in one", section_name(&sec), o->line);
@@ -714,7 +751,6 @@ static void header_parse(struct parse *p, const char *line)
         free(sec.user.name);
         return;
     }
-
     p->sec = xrealloc(p->sec, (p->nsec + 1) * sizeof *p->sec);
     p->sec[p->nsec++] = sec;
 }
