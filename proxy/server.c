@@ -372,80 +372,62 @@ static void raise_nofile(int max_clients)
                  (unsigned long long)rl.rlim_max, max_clients);
 }
 
-int server_run(struct config *cfg, const char *listen_override, const char *backend_override)
+/* The listen, TLS listen and backend addresses, each parsed and checked
+ * against the others: 0, or -1 with the reason logged. */
+static int server_addresses(struct server *srv, const char *listen_text,
+                            const char *backend_text, const char *listen_override,
+                            struct addr *backend_addr)
 {
-    struct server *srv = &the_server;
+    const struct config *cfg = srv->cfg;
     char err[512];
-
-    memset(srv, 0, sizeof *srv);
-    srv->loop = uv_default_loop();
-    srv->cfg = cfg;
-    log_json = cfg->log_format;
-    srv->listen_override = listen_override != NULL;
-    srv->backend_override = backend_override != NULL;
-    struct addr backend_addr;
-    srv->plain.srv = srv->secure.srv = srv;
-    srv->plain.target = srv->secure.target = &srv->backend;
-    srv->secure.tls = 1;
-    const char *listen_text = listen_override ? listen_override : cfg->listen;
     if ((listen_text != NULL && addr_parse(listen_text, &srv->plain.addr, err, sizeof err) != 0) ||
         (cfg->tls_listen != NULL &&
          addr_parse(cfg->tls_listen, &srv->secure.addr, err, sizeof err) != 0) ||
-        addr_parse(backend_override ? backend_override : cfg->backend, &backend_addr,
-                   err, sizeof err) != 0 ||
-        (listen_text != NULL && backend_is_self(&srv->plain.addr, &backend_addr, err,
+        addr_parse(backend_text, backend_addr, err, sizeof err) != 0 ||
+        (listen_text != NULL && backend_is_self(&srv->plain.addr, backend_addr, err,
                                                 sizeof err)) ||
-        (cfg->tls_listen != NULL && backend_is_self(&srv->secure.addr, &backend_addr, err,
+        (cfg->tls_listen != NULL && backend_is_self(&srv->secure.addr, backend_addr, err,
                                                     sizeof err))) {
         log_error("%s", err);
-        return 1;
+        return -1;
     }
-    if (cfg->backend_tls && backend_addr.is_unix) {
-        log_error("backend_tls = on needs a host:port backend, not %s", backend_override);
-        return 1;
+    if (cfg->backend_tls && backend_addr->is_unix) {
+        log_error("backend_tls = on needs a host:port backend, not %s", backend_text);
+        return -1;
     }
     if (listen_override != NULL && config_exposure_problem(cfg, listen_override) != NULL) {
         log_error("--listen %s %s", listen_override, config_exposure_problem(cfg, listen_override));
-        return 1;
+        return -1;
     }
-    target_set(&srv->backend, srv, &backend_addr, 1);
-    srv->commands = command_set_new(&server_id_default);
-    srv->rbuf_size = RBUF_SIZE;
-    srv->rbuf = xmalloc(srv->rbuf_size);
+    return 0;
+}
 
-    signal(SIGPIPE, SIG_IGN);
-    raise_nofile(cfg->max_clients);
-
-    if (events_init(srv->loop, cfg, err, sizeof err) != 0) {
+/* The event log, TLS, the listeners and the admin endpoint: 0, or -1 with
+ * the reason logged and what was opened closed again. */
+static int server_open(struct server *srv, int plain)
+{
+    char err[512];
+    if (events_init(srv->loop, srv->cfg, err, sizeof err) != 0) {
         log_error("%s", err);
-        return 1;
+        return -1;
     }
     tls_init(srv->loop);
-    if ((listen_text != NULL &&
-         server_listen(&srv->plain, err, sizeof err) != 0) ||
-        (cfg->tls_listen != NULL &&
-         server_listen(&srv->secure, err, sizeof err) != 0)) {
-        log_error("%s", err);
-        server_unlisten(&srv->plain);
-        tls_shutdown_module();
-        events_shutdown();
-        uv_run(srv->loop, UV_RUN_NOWAIT);
-        return 1;
-    }
-    if (admin_start(srv, err, sizeof err) != 0) {
+    if ((plain && server_listen(&srv->plain, err, sizeof err) != 0) ||
+        (srv->cfg->tls_listen != NULL && server_listen(&srv->secure, err, sizeof err) != 0) ||
+        admin_start(srv, err, sizeof err) != 0) {
         log_error("%s", err);
         server_unlisten(&srv->plain);
         server_unlisten(&srv->secure);
         tls_shutdown_module();
         events_shutdown();
         uv_run(srv->loop, UV_RUN_NOWAIT);
-        return 1;
+        return -1;
     }
-    control_start(srv);
-    watch_apply(srv);
-    if (cfg->cluster)
-        cluster_start(srv);
+    return 0;
+}
 
+static void server_timers_and_signals(struct server *srv)
+{
     uv_timer_init(srv->loop, &srv->cron);
     srv->cron.data = srv;
     uv_timer_start(&srv->cron, on_cron, CRON_MS, CRON_MS);
@@ -458,7 +440,10 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     uv_signal_start(&srv->sig_int, on_signal, SIGINT);
     uv_signal_start(&srv->sig_hup, on_hup, SIGHUP);
     uv_signal_start(&srv->sig_usr1, on_usr1, SIGUSR1);
+}
 
+static void log_listening(const struct server *srv)
+{
     char lname[300] = "", tname[300] = "";
     if (srv->plain.h != NULL)
         addr_format(&srv->plain.addr, lname, sizeof lname);
@@ -467,10 +452,45 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
         addr_format(&srv->secure.addr, tname + n, sizeof tname - n);
     }
     log_info("ttlguard %s listening on %s%s, backend %s%s", TTLG_VERSION, lname, tname,
-             srv->backend.name, cfg->backend_tls ? " (TLS)" : "");
-    if (cfg->backend_tls && !cfg->backend_tls_verify)
+             srv->backend.name, srv->cfg->backend_tls ? " (TLS)" : "");
+    if (srv->cfg->backend_tls && !srv->cfg->backend_tls_verify)
         log_warn("backend_tls_verify = off: the backend's certificate is not verified, so "
                  "anyone on the path can pose as it; for tests only");
+}
+
+int server_run(struct config *cfg, const char *listen_override, const char *backend_override)
+{
+    struct server *srv = &the_server;
+
+    memset(srv, 0, sizeof *srv);
+    srv->loop = uv_default_loop();
+    srv->cfg = cfg;
+    log_json = cfg->log_format;
+    srv->listen_override = listen_override != NULL;
+    srv->backend_override = backend_override != NULL;
+    srv->plain.srv = srv->secure.srv = srv;
+    srv->plain.target = srv->secure.target = &srv->backend;
+    srv->secure.tls = 1;
+    const char *listen_text = listen_override ? listen_override : cfg->listen;
+    struct addr backend_addr;
+    if (server_addresses(srv, listen_text, backend_override ? backend_override : cfg->backend,
+                         listen_override, &backend_addr) != 0)
+        return 1;
+    target_set(&srv->backend, srv, &backend_addr, 1);
+    srv->commands = command_set_new(&server_id_default);
+    srv->rbuf_size = RBUF_SIZE;
+    srv->rbuf = xmalloc(srv->rbuf_size);
+
+    signal(SIGPIPE, SIG_IGN);
+    raise_nofile(cfg->max_clients);
+    if (server_open(srv, listen_text != NULL) != 0)
+        return 1;
+    control_start(srv);
+    watch_apply(srv);
+    if (cfg->cluster)
+        cluster_start(srv);
+    server_timers_and_signals(srv);
+    log_listening(srv);
 
     uv_run(srv->loop, UV_RUN_DEFAULT);
     cluster_free();
