@@ -723,24 +723,18 @@ static void show_str(const struct evbuf *b)
     show((struct slice){ b->p ? b->p : "", b->len });
 }
 
-static void print_report(struct report *r, int nfiles, size_t top)
+static int is_durable(const struct reg *g)
 {
-    struct tally_entry **v;
-    size_t k;
+    return g->kind.len == 7 && memcmp(g->kind.p, "durable", 7) == 0;
+}
 
-    printf("ttlguard report: %d file%s, %llu events", nfiles, nfiles == 1 ? "" : "s",
-           (unsigned long long)r->events);
-    if (r->first_ts[0])
-        printf(" from %s to %s", r->first_ts, r->last_ts);
-    printf("\n");
-    if (r->skipped)
-        printf("(%llu lines skipped: not event log lines)\n", (unsigned long long)r->skipped);
-
+static void print_registrations(const struct report *r)
+{
+    size_t k = 0;
     printf("\nDurable prefixes (accepted data without a TTL)\n");
-    k = 0;
     for (size_t i = 0; i < r->nregs; i++) {
         const struct reg *g = &r->regs[i];
-        if (g->kind.len != 7 || memcmp(g->kind.p, "durable", 7) != 0)
+        if (!is_durable(g))
             continue;
         k++;
         printf("  \"");
@@ -760,7 +754,7 @@ static void print_report(struct report *r, int nfiles, size_t top)
     k = 0;
     for (size_t i = 0; i < r->nregs; i++) {
         const struct reg *g = &r->regs[i];
-        if (g->kind.len == 7 && memcmp(g->kind.p, "durable", 7) == 0)
+        if (is_durable(g))
             continue;
         k++;
         printf("  ");
@@ -777,7 +771,11 @@ static void print_report(struct report *r, int nfiles, size_t top)
     }
     if (k == 0)
         printf("  (none registered)\n");
+}
 
+static void print_violations(struct report *r)
+{
+    struct tally_entry **v;
     printf("\nViolations: %llu\n", (unsigned long long)r->total_violations);
     v = tally_sorted(&r->by_rule);
     for (size_t i = 0; i < r->by_rule.n; i++) {
@@ -786,25 +784,28 @@ static void print_report(struct report *r, int nfiles, size_t top)
         printf("\n");
     }
     free(v);
-    if (r->violations.n > 0) {
-        printf("\n  %10s  %-28s %-16s %-20s %s\n", "count", "rule", "command", "effect", "action");
-        v = tally_sorted(&r->violations);
-        for (size_t i = 0; i < r->violations.n; i++) {
-            printf("  %10llu  ", (unsigned long long)v[i]->n);
-            show(v[i]->part[0]);
-            printf("%*s", v[i]->part[0].len < 28 ? (int)(29 - v[i]->part[0].len) : 1, "");
-            show(v[i]->part[1]);
-            printf("%*s", v[i]->part[1].len < 16 ? (int)(17 - v[i]->part[1].len) : 1, "");
-            printf("%-20.*s %.*s\n", (int)v[i]->part[2].len, v[i]->part[2].p,
-                   (int)v[i]->part[3].len, v[i]->part[3].p);
-        }
-        free(v);
+    if (r->violations.n == 0)
+        return;
+    printf("\n  %10s  %-28s %-16s %-20s %s\n", "count", "rule", "command", "effect", "action");
+    v = tally_sorted(&r->violations);
+    for (size_t i = 0; i < r->violations.n; i++) {
+        printf("  %10llu  ", (unsigned long long)v[i]->n);
+        show(v[i]->part[0]);
+        printf("%*s", v[i]->part[0].len < 28 ? (int)(29 - v[i]->part[0].len) : 1, "");
+        show(v[i]->part[1]);
+        printf("%*s", v[i]->part[1].len < 16 ? (int)(17 - v[i]->part[1].len) : 1, "");
+        printf("%-20.*s %.*s\n", (int)v[i]->part[2].len, v[i]->part[2].p,
+               (int)v[i]->part[3].len, v[i]->part[3].p);
     }
+    free(v);
+}
 
+static void print_top_keys(struct report *r, size_t top)
+{
     printf("\nTop keys (by event lines naming them)\n");
     if (r->keys.n == 0)
         printf("  (none: no violations, or log_keys = prefix)\n");
-    v = tally_sorted(&r->keys);
+    struct tally_entry **v = tally_sorted(&r->keys);
     for (size_t i = 0; i < r->keys.n && i < top; i++) {
         printf("  %10llu  ", (unsigned long long)v[i]->n);
         if (v[i]->part[1].len == 3) {      /* "key" */
@@ -820,7 +821,11 @@ static void print_report(struct report *r, int nfiles, size_t top)
         printf(")\n");
     }
     free(v);
+}
 
+static void print_durable_and_unverified(struct report *r)
+{
+    struct tally_entry **v;
     printf("\nWrites to durable keys\n");
     if (r->durable.n == 0)
         printf("  (none)\n");
@@ -850,7 +855,11 @@ static void print_report(struct report *r, int nfiles, size_t top)
         printf("\n");
     }
     free(v);
+}
 
+static void print_config_and_backend(struct report *r)
+{
+    struct tally_entry **v;
     printf("\nConfig: %llu start%s or reopen%s, %llu reload%s, %zu distinct rejected\n",
            (unsigned long long)r->starts, r->starts == 1 ? "" : "s", r->starts == 1 ? "" : "s",
            (unsigned long long)r->reloads, r->reloads == 1 ? "" : "s", r->rejected.n);
@@ -890,6 +899,22 @@ static void print_report(struct report *r, int nfiles, size_t top)
         }
         free(v);
     }
+}
+
+static void print_report(struct report *r, int nfiles, size_t top)
+{
+    printf("ttlguard report: %d file%s, %llu events", nfiles, nfiles == 1 ? "" : "s",
+           (unsigned long long)r->events);
+    if (r->first_ts[0])
+        printf(" from %s to %s", r->first_ts, r->last_ts);
+    printf("\n");
+    if (r->skipped)
+        printf("(%llu lines skipped: not event log lines)\n", (unsigned long long)r->skipped);
+    print_registrations(r);
+    print_violations(r);
+    print_top_keys(r, top);
+    print_durable_and_unverified(r);
+    print_config_and_backend(r);
 }
 
 /* ---- --html --------------------------------------------------------------- */
@@ -962,11 +987,6 @@ static void page_totals(FILE *f, const struct report *r, int nfiles)
     html_cell(&t, "lines skipped (not events)");
     html_cell(&t, "%llu", (unsigned long long)r->skipped);
     html_table_end(&t);
-}
-
-static int is_durable(const struct reg *g)
-{
-    return g->kind.len == 7 && memcmp(g->kind.p, "durable", 7) == 0;
 }
 
 /* The durable registry with its owners, then the ttl rules. */
