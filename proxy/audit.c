@@ -1132,6 +1132,71 @@ static int fix_preflight(const struct arep *rep, char *err, size_t errlen)
     return 0;
 }
 
+/* --fix --yes records each fix in the config's event log: *s->events
+ * opened for appending (or stderr). 0, or -1 with err set. */
+static int open_fix_events(struct scan *s, char *err, size_t errlen)
+{
+    const char *path = s->cfg->events;
+    if (path == NULL)
+        return 0;
+    if (strcmp(path, "stderr") == 0) {
+        s->events = stderr;
+        return 0;
+    }
+    s->events = fopen(path, "a");
+    if (s->events == NULL) {
+        snprintf(err, errlen, "cannot open the event log %s to record fixes: %s", path,
+                 strerror(errno));
+        return -1;
+    }
+    s->events_close = 1;
+    return 0;
+}
+
+/* The report on stdout (text or --json) and in the --html page, which is
+ * closed here. 0, or -1 with err set when the page could not be written. */
+static int write_reports(const struct audit_opts *o, const struct arep *rep, int status,
+                         FILE *html, char *err, size_t errlen)
+{
+    if (o->json)
+        arep_print_json(stdout, rep, status);
+    else
+        arep_print_text(stdout, rep, status);
+    fflush(stdout);
+    err[0] = '\0';
+    if (html == NULL)
+        return 0;
+    arep_print_html(html, rep, status);
+    int bad = ferror(html);
+    if (fclose(html) != 0 || bad) {
+        snprintf(err, errlen, "--html %s: cannot write: %s", o->html,
+                 strerror(errno ? errno : EIO));
+        return -1;
+    }
+    return 0;
+}
+
+/* What a scan holds at its end: the event log, the connection, the
+ * batches queued and free, the buffers. */
+static void scan_free(struct scan *s)
+{
+    if (s->events_close)
+        fclose(s->events);
+    else if (s->events != NULL)
+        fflush(s->events);
+    aconn_close(s->c);
+    for (size_t i = 0; i < s->qlen; i++)
+        batch_put(s, s->q[(s->qhead + i) % AUDIT_QUEUE].b);
+    while (s->free_batches != NULL) {
+        struct batch *b = s->free_batches;
+        s->free_batches = b->next_free;
+        batch_free(b);
+    }
+    abuf_free(&s->out);
+    free(s->event_line.p);
+    free(s->seen.v);
+}
+
 int audit_main(int argc, char **argv)
 {
     struct audit_opts o;
@@ -1185,19 +1250,8 @@ int audit_main(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
-    if (rep.fix == AREP_FIX_APPLY) {
-        if (cfg.events != NULL && strcmp(cfg.events, "stderr") == 0) {
-            s.events = stderr;
-        } else if (cfg.events != NULL) {
-            s.events = fopen(cfg.events, "a");
-            if (s.events == NULL) {
-                snprintf(err, sizeof err, "cannot open the event log %s to record fixes: %s",
-                         cfg.events, strerror(errno));
-                goto done;
-            }
-            s.events_close = 1;
-        }
-    }
+    if (rep.fix == AREP_FIX_APPLY && open_fix_events(&s, err, sizeof err) == -1)
+        goto done;
 
     const char *backend = o.backend ? o.backend : cfg.backend;
     if (o.cluster) {
@@ -1213,22 +1267,9 @@ int audit_main(int argc, char **argv)
         status = AUDIT_EXIT_ERROR;
     else
         status = arep_leaked(&rep) > 0 ? AUDIT_EXIT_LEAKS : AUDIT_EXIT_CLEAN;
-    if (o.json)
-        arep_print_json(stdout, &rep, status);
-    else
-        arep_print_text(stdout, &rep, status);
-    fflush(stdout);
-    err[0] = '\0';
-    if (html != NULL) {
-        arep_print_html(html, &rep, status);
-        int bad = ferror(html);
-        if (fclose(html) != 0 || bad) {
-            snprintf(err, sizeof err, "--html %s: cannot write: %s", o.html,
-                     strerror(errno ? errno : EIO));
-            status = AUDIT_EXIT_ERROR;
-        }
-        html = NULL;
-    }
+    if (write_reports(&o, &rep, status, html, err, sizeof err) == -1)
+        status = AUDIT_EXIT_ERROR;
+    html = NULL;
 
 done:
     if (status == AUDIT_EXIT_ERROR && err[0])
@@ -1239,21 +1280,7 @@ done:
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    if (s.events_close)
-        fclose(s.events);
-    else if (s.events != NULL)
-        fflush(s.events);
-    aconn_close(s.c);
-    for (size_t i = 0; i < s.qlen; i++)
-        batch_put(&s, s.q[(s.qhead + i) % AUDIT_QUEUE].b);
-    while (s.free_batches != NULL) {
-        struct batch *b = s.free_batches;
-        s.free_batches = b->next_free;
-        batch_free(b);
-    }
-    abuf_free(&s.out);
-    free(s.event_line.p);
-    free(s.seen.v);
+    scan_free(&s);
     arep_free(&rep);
     config_free(&cfg);
     return status;
