@@ -330,14 +330,12 @@ static void render_cluster(struct evbuf *b)
     cluster_each(node_sample, &m);
 }
 
-static void render_metrics(struct evbuf *b)
+/* Connections, requests, bytes and what became of them. */
+static void render_counters(struct evbuf *b)
 {
     const struct server *srv = adm.srv;
     const struct stats *st = &srv->stats;
-    const struct events_counters *ec = events_counters();
-    const struct ruleset *rs = &srv->cfg->rules;
     const struct stats_hist *lat = stats_proxy.latency;
-    struct evbuf lab = { 0 };
 
     m_family(b, "ttlguard_build_info", "gauge", "ttlguard version.");
     evbuf_printf(b, "ttlguard_build_info{version=\"%s\"} 1\n", TTLG_VERSION);
@@ -376,14 +374,34 @@ static void render_metrics(struct evbuf *b)
              "TLS client connections whose handshake failed or timed out.",
              st->tls_handshake_errors);
 
-    if (adm.srv->cfg->watch)
-        render_watch(b);
-
     m_family(b, "ttlguard_bytes_total", "counter", "Bytes moved, by direction.");
     m_sample(b, "ttlguard_bytes_total", "direction=\"client_to_proxy\"", st->bytes_from_clients);
     m_sample(b, "ttlguard_bytes_total", "direction=\"proxy_to_backend\"", st->bytes_to_backends);
     m_sample(b, "ttlguard_bytes_total", "direction=\"backend_to_proxy\"", st->bytes_from_backends);
     m_sample(b, "ttlguard_bytes_total", "direction=\"proxy_to_client\"", st->bytes_to_clients);
+}
+
+/* A counter family with a sample per durable rule: count(rule index). */
+static void render_durable_family(struct evbuf *b, struct evbuf *lab, const char *name,
+                                  const char *help, uint64_t (*count)(size_t))
+{
+    const struct ruleset *rs = &adm.srv->cfg->rules;
+    m_family(b, name, "counter", help);
+    for (size_t i = 0; i < rs->n; i++) {
+        if (rs->v[i].kind != RULE_DURABLE)
+            continue;
+        rule_label(lab, &rs->v[i]);
+        evbuf_add(lab, "", 1);
+        m_sample(b, name, lab->p, count(i));
+    }
+}
+
+/* What the rules found: violations by rule, effect and action, writes to
+ * durable keys; then the event log's own counters and the reloads. */
+static void render_rule_counters(struct evbuf *b, struct evbuf *lab)
+{
+    const struct ruleset *rs = &adm.srv->cfg->rules;
+    const struct events_counters *ec = events_counters();
 
     /* Every possible (effect, action) of every rule that can have violations,
      * zeros included, so that rate() sees a series from its first increment. */
@@ -398,33 +416,21 @@ static void render_metrics(struct evbuf *b)
             for (int a = 0; a < EACT__COUNT; a++) {
                 if (!ev_pair_possible(e, a))
                     continue;
-                rule_label(&lab, r);
-                evbuf_printf(&lab, ",effect=\"%s\",action=\"%s\"", ev_effect_name(e),
+                rule_label(lab, r);
+                evbuf_printf(lab, ",effect=\"%s\",action=\"%s\"", ev_effect_name(e),
                              ev_action_name(a));
-                evbuf_add(&lab, "", 1);
-                m_sample(b, "ttlguard_violations_total", lab.p,
+                evbuf_add(lab, "", 1);
+                m_sample(b, "ttlguard_violations_total", lab->p,
                          events_rule_violations(i, e, a));
             }
         }
     }
-    m_family(b, "ttlguard_durable_writes_total", "counter",
-             "Writes to keys under a durable rule, by rule. Since the last reload.");
-    for (size_t i = 0; i < rs->n; i++) {
-        if (rs->v[i].kind != RULE_DURABLE)
-            continue;
-        rule_label(&lab, &rs->v[i]);
-        evbuf_add(&lab, "", 1);
-        m_sample(b, "ttlguard_durable_writes_total", lab.p, events_rule_durable_writes(i));
-    }
-    m_family(b, "ttlguard_ttl_on_durable_total", "counter",
-             "Writes that put a TTL on a key under a durable rule, by rule. Since the last reload.");
-    for (size_t i = 0; i < rs->n; i++) {
-        if (rs->v[i].kind != RULE_DURABLE)
-            continue;
-        rule_label(&lab, &rs->v[i]);
-        evbuf_add(&lab, "", 1);
-        m_sample(b, "ttlguard_ttl_on_durable_total", lab.p, events_rule_ttl_on_durable(i));
-    }
+    render_durable_family(b, lab, "ttlguard_durable_writes_total",
+                          "Writes to keys under a durable rule, by rule. Since the last reload.",
+                          events_rule_durable_writes);
+    render_durable_family(b, lab, "ttlguard_ttl_on_durable_total",
+                          "Writes that put a TTL on a key under a durable rule, by rule. "
+                          "Since the last reload.", events_rule_ttl_on_durable);
     m_single(b, "ttlguard_unverified_total", "counter",
              "Commands the proxy could not judge (scripts, SWAPDB, MIGRATE, unknown commands).",
              ec->unverified);
@@ -436,19 +442,22 @@ static void render_metrics(struct evbuf *b)
     m_family(b, "ttlguard_config_reloads_total", "counter", "SIGHUP reloads, by result.");
     m_sample(b, "ttlguard_config_reloads_total", "result=\"ok\"", ec->config_reloads);
     m_sample(b, "ttlguard_config_reloads_total", "result=\"rejected\"", ec->config_rejected);
+}
+
+/* What the proxy knows of its backend: eviction policy, server, commands. */
+static void render_backend(struct evbuf *b, struct evbuf *lab)
+{
+    const struct server *srv = adm.srv;
+
     if (srv->backend_policy_known) {
         m_family(b, "ttlguard_backend_maxmemory_policy_info", "gauge",
                  "The backend's maxmemory-policy when last read.");
-        lab.len = 0;
-        evbuf_adds(&lab, "policy=\"");
-        label_value(&lab, srv->backend_policy);
-        evbuf_add(&lab, "\"", 2);       /* with the NUL */
-        m_sample(b, "ttlguard_backend_maxmemory_policy_info", lab.p, 1);
+        lab->len = 0;
+        evbuf_adds(lab, "policy=\"");
+        label_value(lab, srv->backend_policy);
+        evbuf_add(lab, "\"", 2);       /* with the NUL */
+        m_sample(b, "ttlguard_backend_maxmemory_policy_info", lab->p, 1);
     }
-
-    if (srv->cfg->cluster)
-        render_cluster(b);
-
     if (srv->commands_ready) {
         const struct server_id *id = command_set_server(srv->commands);
         char name[48];
@@ -460,11 +469,11 @@ static void render_metrics(struct evbuf *b)
         m_family(b, "ttlguard_backend_server_info", "gauge",
                  "The backend's server and version, whose command table judges commands "
                  "(source=assumed: they could not be read).");
-        lab.len = 0;
-        evbuf_printf(&lab, "server=\"%s\",version=\"%s\",source=\"%s\"", name,
+        lab->len = 0;
+        evbuf_printf(lab, "server=\"%s\",version=\"%s\",source=\"%s\"", name,
                      name + strlen(name) + 1, srv->backend_known ? "backend" : "assumed");
-        evbuf_add(&lab, "", 1);
-        m_sample(b, "ttlguard_backend_server_info", lab.p, 1);
+        evbuf_add(lab, "", 1);
+        m_sample(b, "ttlguard_backend_server_info", lab->p, 1);
         m_family(b, "ttlguard_backend_commands", "gauge",
                  "The backend's write commands the proxy knows: from=table (verified), "
                  "derived (from its key specs), unjudged (derived, cannot be judged).");
@@ -473,6 +482,20 @@ static void render_metrics(struct evbuf *b)
         m_sample(b, "ttlguard_backend_commands", "from=\"unjudged\"", (uint64_t)unjudged);
     }
 
+}
+
+static void render_metrics(struct evbuf *b)
+{
+    const struct stats_hist *lat = stats_proxy.latency;
+    struct evbuf lab = { 0 };
+
+    render_counters(b);
+    if (adm.srv->cfg->watch)
+        render_watch(b);
+    render_rule_counters(b, &lab);
+    render_backend(b, &lab);
+    if (adm.srv->cfg->cluster)
+        render_cluster(b);
     m_family(b, "ttlguard_request_duration_seconds", "histogram",
              "From a request read to its reply complete, for forwarded commands: "
              "path=pass unchanged, path=rewritten by a TTL rule.");
