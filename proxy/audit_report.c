@@ -667,25 +667,12 @@ static void result_line(char *buf, size_t len, const struct arep *a, uint64_t du
         snprintf(buf + o, len - o, " (exit %d)", exit_status);
 }
 
-void arep_print_text(FILE *f, const struct arep *a, int exit_status)
+/* The table of groups (registered, leaked, ...), filling groups[]. */
+static void print_groups(FILE *f, const struct arep *a, struct arep_tally *groups)
 {
     char mem[32], buf[512];
-
-    fprintf(f, "ttlguard audit of %s db %d (%s%s%s)", a->backend, a->db,
-            a->role[0] ? a->role : "unknown role",
-            a->redis_version[0] ? ", redis " : "", a->redis_version);
-    if (a->match)
-        fprintf(f, ", match '%s'", a->match);
-    fprintf(f, ", config %s\n", a->config_path ? a->config_path : "(built-in)");
-    double secs = (double)a->elapsed_ms / 1000.0;
-    uint64_t total = a->seen + a->expired_during;
-    fprintf(f, "%s %llu keys in %.2f s (%.0f keys/s)\n",
-            a->interrupted ? "INTERRUPTED: partial report after" : "audited",
-            (unsigned long long)total, secs, secs > 0 ? (double)total / secs : 0.0);
-
-    /* Groups. */
-    fprintf(f, "\n");
     struct table t;
+    fprintf(f, "\n");
     table_init(&t, 4 + AREP_TTL_BUCKETS, "lrrrrrrrrl");
     table_cell(&t, "GROUP");
     table_cell(&t, "KEYS");
@@ -693,7 +680,6 @@ void arep_print_text(FILE *f, const struct arep *a, int exit_status)
     for (int b = 0; b < AREP_TTL_BUCKETS; b++)
         table_cell(&t, "%s", ttl_bucket_names[b]);
     table_cell(&t, "TYPES");
-    struct arep_tally groups[AREP_GROUPS];
     for (int g = 0; g < AREP_GROUPS; g++) {
         group_tally(a, (enum arep_group)g, &groups[g]);
         table_cell(&t, "%s", group_names[g].text);
@@ -705,9 +691,14 @@ void arep_print_text(FILE *f, const struct arep *a, int exit_status)
         table_cell(&t, "%s", buf);
     }
     table_print(f, &t);
-    print_nodes(f, a);
+}
 
-    /* Rules. */
+/* The table of rules: keys under each, with and without a TTL, a problem
+ * key for an example. */
+static void print_rules(FILE *f, const struct arep *a)
+{
+    char mem[32], buf[128];
+    struct table t;
     fprintf(f, "\n");
     table_init(&t, 9, "lllrrrrrl");
     table_cell(&t, "RULE");
@@ -747,10 +738,12 @@ void arep_print_text(FILE *f, const struct arep *a, int exit_status)
         table_cell(&t, "%s", buf);
     }
     table_print(f, &t);
+}
 
-    print_patterns(f, a, 0, "LEAKED KEYS BY PATTERN: their rule wants a TTL; fix the writer (seed 000), then --fix");
-    print_patterns(f, a, 1, "UNREGISTERED PERSISTENT KEYS BY PATTERN: give them a TTL, or register them as durable");
-
+/* Example keys of the groups that need attention. */
+static void print_examples(FILE *f, const struct arep_tally *groups)
+{
+    char buf[512];
     int any = 0;
     for (int g = 0; g < AREP_GROUPS; g++) {
         if (groups[g].nex == 0 || g == AREP_EXPIRING || g == AREP_REGISTERED)
@@ -765,24 +758,51 @@ void arep_print_text(FILE *f, const struct arep *a, int exit_status)
         }
         fprintf(f, "\n");
     }
+}
 
+static void print_fix(FILE *f, const struct arep *a)
+{
+    if (a->fix == AREP_FIX_OFF)
+        return;
+    fprintf(f, "\nFIX (EXPIRE key <rule ttl> NX: a key that got a TTL meanwhile is left alone)\n");
+    if (a->fix == AREP_FIX_DRY_RUN)
+        fprintf(f, "dry run: would give %llu leaked keys their rule's TTL; run again with --fix --yes\n",
+                (unsigned long long)a->fix_candidates);
+    else
+        fprintf(f, "gave %llu keys their rule's TTL; %llu left alone (got a TTL or vanished meanwhile); "
+                "%llu errors%s%s\n",
+                (unsigned long long)a->fixed, (unsigned long long)a->fix_skipped,
+                (unsigned long long)a->fix_errors, a->fix_errors ? ", first: " : "", a->fix_error);
+    if (a->fix_no_ttl)
+        fprintf(f, "%llu leaked keys are under rules without a ttl: nothing to give them\n",
+                (unsigned long long)a->fix_no_ttl);
+}
+
+void arep_print_text(FILE *f, const struct arep *a, int exit_status)
+{
+    char buf[512];
+
+    fprintf(f, "ttlguard audit of %s db %d (%s%s%s)", a->backend, a->db,
+            a->role[0] ? a->role : "unknown role",
+            a->redis_version[0] ? ", redis " : "", a->redis_version);
+    if (a->match)
+        fprintf(f, ", match '%s'", a->match);
+    fprintf(f, ", config %s\n", a->config_path ? a->config_path : "(built-in)");
+    double secs = (double)a->elapsed_ms / 1000.0;
+    uint64_t total = a->seen + a->expired_during;
+    fprintf(f, "%s %llu keys in %.2f s (%.0f keys/s)\n",
+            a->interrupted ? "INTERRUPTED: partial report after" : "audited",
+            (unsigned long long)total, secs, secs > 0 ? (double)total / secs : 0.0);
+
+    struct arep_tally groups[AREP_GROUPS];
+    print_groups(f, a, groups);
+    print_nodes(f, a);
+    print_rules(f, a);
+    print_patterns(f, a, 0, "LEAKED KEYS BY PATTERN: their rule wants a TTL; fix the writer (seed 000), then --fix");
+    print_patterns(f, a, 1, "UNREGISTERED PERSISTENT KEYS BY PATTERN: give them a TTL, or register them as durable");
+    print_examples(f, groups);
     print_keyspace(f, a);
-
-    if (a->fix != AREP_FIX_OFF) {
-        fprintf(f, "\nFIX (EXPIRE key <rule ttl> NX: a key that got a TTL meanwhile is left alone)\n");
-        if (a->fix == AREP_FIX_DRY_RUN)
-            fprintf(f, "dry run: would give %llu leaked keys their rule's TTL; run again with --fix --yes\n",
-                    (unsigned long long)a->fix_candidates);
-        else
-            fprintf(f, "gave %llu keys their rule's TTL; %llu left alone (got a TTL or vanished meanwhile); "
-                    "%llu errors%s%s\n",
-                    (unsigned long long)a->fixed, (unsigned long long)a->fix_skipped,
-                    (unsigned long long)a->fix_errors, a->fix_errors ? ", first: " : "", a->fix_error);
-        if (a->fix_no_ttl)
-            fprintf(f, "%llu leaked keys are under rules without a ttl: nothing to give them\n",
-                    (unsigned long long)a->fix_no_ttl);
-    }
-
+    print_fix(f, a);
     result_line(buf, sizeof buf, a, groups[AREP_REGISTERED_TTL].keys, exit_status);
     fprintf(f, "\n%s\n", buf);
 }
