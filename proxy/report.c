@@ -1268,6 +1268,37 @@ static void usage(FILE *out)
 "--html page cannot be written.\n");
 }
 
+/* Every event line of the files read into r. REPORT_EXIT_OK, or
+ * REPORT_EXIT_ERROR with the reason said when a file could not be read. */
+static int read_events(struct report *r, FILE **files, char **paths, int nfiles)
+{
+    struct jobj *o = xcalloc(1, sizeof *o);
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = REPORT_EXIT_OK;
+    for (int i = 0; i < nfiles && rc == REPORT_EXIT_OK; i++) {
+        ssize_t n;
+        r->hash_id[0] = '\0';
+        errno = 0;
+        while ((n = getline(&line, &cap, files[i])) > 0) {
+            r->lines++;
+            if (json_object(line, (size_t)n, o) != 0 || get(o, "event", J_STR) == NULL) {
+                r->skipped++;
+                continue;
+            }
+            event(r, o);
+        }
+        if (ferror(files[i])) {
+            fprintf(stderr, "ttlguard report: %s: %s\n", paths[i], strerror(errno ? errno : EIO));
+            rc = REPORT_EXIT_ERROR;
+        }
+    }
+    free(line);
+    jobj_free(o);
+    free(o);
+    return rc;
+}
+
 int report_main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -1332,27 +1363,8 @@ int report_main(int argc, char **argv)
     }
 
     struct report r = { .keep_points = html != NULL };
-    struct jobj *o = xcalloc(1, sizeof *o);
-    char *line = NULL;
-    size_t cap = 0;
-    for (int i = 0; i < nfiles && rc == REPORT_EXIT_OK; i++) {
-        ssize_t n;
-        r.hash_id[0] = '\0';
-        errno = 0;
-        while ((n = getline(&line, &cap, files[i])) > 0) {
-            r.lines++;
-            if (json_object(line, (size_t)n, o) != 0 || get(o, "event", J_STR) == NULL) {
-                r.skipped++;
-                continue;
-            }
-            event(&r, o);
-        }
-        if (ferror(files[i])) {
-            fprintf(stderr, "ttlguard report: %s: %s\n", argv[optind + i],
-                    strerror(errno ? errno : EIO));
-            rc = REPORT_EXIT_ERROR;
-        }
-    }
+    if (rc == REPORT_EXIT_OK)
+        rc = read_events(&r, files, argv + optind, nfiles);
     if (rc == REPORT_EXIT_OK && html != stdout)
         print_report(&r, nfiles, top);
     if (rc == REPORT_EXIT_OK && html != NULL)
@@ -1371,9 +1383,6 @@ int report_main(int argc, char **argv)
             fclose(files[i]);
     }
     free(files);
-    free(line);
-    jobj_free(o);
-    free(o);
     report_free(&r);
     return rc;
 }
