@@ -897,6 +897,44 @@ static void json_patterns(FILE *f, const struct arep *a, int which)
     free(v);
 }
 
+/* ,"nodes":[...]: each cluster node's keys and leaks. */
+static void json_nodes(FILE *f, const struct arep *a)
+{
+    fputs(",\"nodes\":[", f);
+    for (size_t i = 0; i < a->nnodes; i++) {
+        fputs(i ? ",{\"node\":" : "{\"node\":", f);
+        json_cstr(f, a->nodes[i].name);
+        fputs(",\"role\":", f);
+        json_cstr(f, a->nodes[i].role);
+        fprintf(f, ",\"keys\":%llu,\"leaked\":%llu}", (unsigned long long)a->nodes[i].keys,
+                (unsigned long long)a->nodes[i].leaked);
+    }
+    fputc(']', f);
+}
+
+/* ,"rules":[...]: each rule with its keys with and without a TTL. */
+static void json_rules(FILE *f, const struct arep *a)
+{
+    fputs(",\"rules\":[", f);
+    for (size_t i = 0; i < a->nrules; i++) {
+        const struct rule *r = a->rules[i].rule;
+        fputs(i ? ",{\"rule\":" : "{\"rule\":", f);
+        json_cstr(f, r->label);
+        fprintf(f, ",\"kind\":\"%s\",\"prefix\":", rule_kind_name(r->kind));
+        if (r->kind == RULE_DEFAULT)
+            fputs("null", f);
+        else
+            json_key(f, r->prefix, r->prefix_len);
+        fprintf(f, ",\"action\":\"%s\",\"ttl\":%lld,\"wants_ttl\":%s,\"no_ttl\":",
+                rule_action_name(r->action), r->ttl, rule_wants_ttl(r) ? "true" : "false");
+        json_tally(f, a, &a->rules[i].no_ttl);
+        fputs(",\"with_ttl\":", f);
+        json_tally(f, a, &a->rules[i].with_ttl);
+        fputc('}', f);
+    }
+    fputc(']', f);
+}
+
 void arep_print_json(FILE *f, const struct arep *a, int exit_status)
 {
     uint64_t with_ttl = 0;
@@ -924,18 +962,8 @@ void arep_print_json(FILE *f, const struct arep *a, int exit_status)
             (unsigned long long)(a->seen - with_ttl), (unsigned long long)a->expired_during,
             (unsigned long long)a->duplicates, (unsigned long long)arep_leaked(a));
 
-    if (a->nnodes > 0) {
-        fputs(",\"nodes\":[", f);
-        for (size_t i = 0; i < a->nnodes; i++) {
-            fputs(i ? ",{\"node\":" : "{\"node\":", f);
-            json_cstr(f, a->nodes[i].name);
-            fputs(",\"role\":", f);
-            json_cstr(f, a->nodes[i].role);
-            fprintf(f, ",\"keys\":%llu,\"leaked\":%llu}", (unsigned long long)a->nodes[i].keys,
-                    (unsigned long long)a->nodes[i].leaked);
-        }
-        fputc(']', f);
-    }
+    if (a->nnodes > 0)
+        json_nodes(f, a);
 
     fputs(",\"info\":{", f);
     for (int i = 0; i < 2; i++) {
@@ -956,24 +984,7 @@ void arep_print_json(FILE *f, const struct arep *a, int exit_status)
     }
     fputc('}', f);
 
-    fputs(",\"rules\":[", f);
-    for (size_t i = 0; i < a->nrules; i++) {
-        const struct rule *r = a->rules[i].rule;
-        fputs(i ? ",{\"rule\":" : "{\"rule\":", f);
-        json_cstr(f, r->label);
-        fprintf(f, ",\"kind\":\"%s\",\"prefix\":", rule_kind_name(r->kind));
-        if (r->kind == RULE_DEFAULT)
-            fputs("null", f);
-        else
-            json_key(f, r->prefix, r->prefix_len);
-        fprintf(f, ",\"action\":\"%s\",\"ttl\":%lld,\"wants_ttl\":%s,\"no_ttl\":",
-                rule_action_name(r->action), r->ttl, rule_wants_ttl(r) ? "true" : "false");
-        json_tally(f, a, &a->rules[i].no_ttl);
-        fputs(",\"with_ttl\":", f);
-        json_tally(f, a, &a->rules[i].with_ttl);
-        fputc('}', f);
-    }
-    fputc(']', f);
+    json_rules(f, a);
 
     fputs(",\"patterns\":{\"leaked\":", f);
     json_patterns(f, a, 0);
