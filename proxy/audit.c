@@ -1139,7 +1139,7 @@ static int open_fix_events(struct scan *s, char *err, size_t errlen)
     const char *path = s->cfg->events;
     if (path == NULL)
         return 0;
-    if (strcmp(path, "stderr") == 0) {
+    if (config_events_to_stderr(path)) {
         s->events = stderr;
         return 0;
     }

@@ -1311,6 +1311,11 @@ out:
     return rc;
 }
 
+int config_events_to_stderr(const char *events)
+{
+    return events != NULL && strcmp(events, "stderr") == 0;
+}
+
 void config_free(struct config *cfg)
 {
     free(cfg->path);

@@ -96,6 +96,9 @@ int config_load(const char *path, struct config *cfg, char *err, size_t errlen);
 const char *config_exposure_problem(const struct config *cfg, const char *listen_text);
 
 /* Frees everything *cfg owns and zeroes it, so a second call is harmless. */
+/* events = stderr: the event log goes to standard error, not to a file. */
+int config_events_to_stderr(const char *events);
+
 void config_free(struct config *cfg);
 
 /* Parse a byte size as written in the file: "4096", "64kb", "4mb", "1gb"

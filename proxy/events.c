@@ -553,7 +553,7 @@ static void job_run(uv_work_t *req)
         return;
     }
     if (w->job_gen != w->have_gen) {
-        int fd = strcmp(w->job_path, "stderr") == 0 ? 2 :
+        int fd = config_events_to_stderr(w->job_path) ? 2 :
                  open(w->job_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd < 0) {
             w->open_errno = errno;      /* keep writing to the old file, if any */
@@ -1188,7 +1188,7 @@ static void apply_config(const struct config *cfg)
 
 static int open_at_start(const char *target, char *err, size_t errlen)
 {
-    if (strcmp(target, "stderr") == 0) {
+    if (config_events_to_stderr(target)) {
         ev.w.fd = 2;
         return 0;
     }
@@ -1374,7 +1374,7 @@ void events_backend_server(const struct config *cfg, const struct command_set *s
 
 void events_reopen(void)
 {
-    if (ev.w.target == NULL || strcmp(ev.w.target, "stderr") == 0)
+    if (ev.w.target == NULL || config_events_to_stderr(ev.w.target))
         return;
     ev.w.target_gen++;
 }

@@ -60,7 +60,7 @@ static void usage(FILE *out)
 static int event_log_writable(const char *path, char *err, size_t errlen)
 {
     char dir[4096];
-    if (path == NULL || strcmp(path, "stderr") == 0)
+    if (path == NULL || config_events_to_stderr(path))
         return 0;
     if (access(path, F_OK) == 0) {
         if (access(path, W_OK) == 0)
