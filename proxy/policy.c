@@ -458,6 +458,61 @@ int policy_guard_refused(const struct config *cfg, const char *guard, size_t len
     return 1;
 }
 
+/* A key carried to another database or server under a log or rewrite rule
+ * is a violation only when it has no TTL (a copy: when its source, src, has
+ * none), which only the server knows. A PTTL of src sent right before the
+ * command tells (policy_probe_answered()): no event for a key that keeps its
+ * TTL. Where the proxy cannot send one (inside the client's MULTI, with WATCH
+ * active, replies off) the event is recorded now, as "may". */
+static void carry_event(const struct request *req, struct slice key, struct slice src,
+                        const struct rule *r, enum ev_action act, const struct policy_ctx *ctx,
+                        struct rewrite *rw)
+{
+    if (!ctx->can_multi) {
+        events_violation(r, req->argv[0], key, EFF_MOVES_WITHOUT_TTL, act, ctx->client);
+        return;
+    }
+    if (rw->nprobe == 0)
+        guard_add(&rw->probe_ev, req->argv[0]);
+    char a = (char)act;
+    sbuf_add(&rw->probe_ev, &a, 1);
+    guard_add(&rw->probe_ev, key);
+    sb_header(&rw->probe, '*', 2);
+    sb_bulk_str(&rw->probe, "PTTL");
+    sb_bulk(&rw->probe, src.p, src.len);
+    rw->nprobe++;
+}
+
+void policy_probe_answered(const struct config *cfg, const char *rec, size_t len,
+                           int remaining, int no_ttl, const struct ev_client *client)
+{
+    const char *p = rec, *end = rec + len;
+    struct slice name, key;
+    enum ev_action act = EACT_LOGGED;
+    int n = 0;
+
+    if (!no_ttl || guard_next(&p, end, &name) < 0)
+        return;
+    /* After the name, an action byte and a key per probe, in sending order. */
+    const char *first = p;
+    while (p < end) {
+        p++;
+        if (guard_next(&p, end, &key) < 0)
+            return;
+        n++;
+    }
+    if (remaining < 1 || remaining > n)
+        return;
+    p = first;
+    for (int i = 0; i <= n - remaining; i++) {
+        act = (enum ev_action)*p++;
+        guard_next(&p, end, &key);
+    }
+    const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
+    if (r->kind != RULE_DURABLE && r->action != ACTION_ALLOW)  /* unless a reload said so */
+        events_violation(r, name, key, EFF_MOVES_WITHOUT_TTL, act, client);
+}
+
 /* The command itself, into b: its original argument bytes when unchanged
  * (rw->orig_args), else argv[0..argc). */
 static void command_bytes(struct sbuf *b, const struct request *req, int modified, int argc,
@@ -547,12 +602,14 @@ static enum verdict check_carry(const struct config *cfg, const struct request *
         if (r->action == ACTION_ALLOW ||
             (r->action == ACTION_REWRITE && r->ttl <= 0))
             continue;
+        /* MOVE key db, COPY src dst DB n: the TTL is the source's. */
+        struct slice src = db_argi >= 0 ? req->argv[1] : key;
         if (r->action == ACTION_LOG) {
-            events_violation(r, name, key, EFF_MOVES_WITHOUT_TTL, EACT_LOGGED, ctx->client);
+            carry_event(req, key, src, r, EACT_LOGGED, ctx, rw);
             continue;
         }
         if (r->action == ACTION_REWRITE)
-            events_violation(r, name, key, EFF_MOVES_WITHOUT_TTL, EACT_REWRITTEN, ctx->client);
+            carry_event(req, key, src, r, EACT_REWRITTEN, ctx, rw);
         else
             nrej++;
         found[np].argi = keys[i].argi;
@@ -561,9 +618,11 @@ static enum verdict check_carry(const struct config *cfg, const struct request *
         np++;
     }
     if (np == 0)
-        return V_FORWARD;
-    if (req->argc + 3 * np >= MAX_WRAP_ARGS)
+        return V_FORWARD;           /* log rules only: forwarded after the probes */
+    if (req->argc + 3 * np >= MAX_WRAP_ARGS) {
+        rw->nprobe = 0;
         return unjudged(cfg, req, ctx, "too many keys for the proxy's script", rw);
+    }
     if (nrej > 0)
         guard_add(&rw->guard, name);
 
@@ -882,6 +941,9 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     rw->err.len = 0;
     rw->orig_args.len = 0;
     rw->guard.len = 0;
+    rw->probe.len = 0;
+    rw->probe_ev.len = 0;
+    rw->nprobe = 0;
 
     if (policy_inactive(cfg))
         return V_FORWARD;

@@ -40,6 +40,11 @@ struct rewrite {
     struct sbuf err;        /* V_REJECT: the error line, CRLF included */
     struct sbuf guard;      /* V_REWRITE: when .len > 0, the server may refuse the command
                                itself (-TTLGUARD ...): keep this for policy_guard_refused() */
+    struct sbuf probe;      /* nprobe > 0: PTTL requests to send before this one, one per key
+                               it carries to another database or server, whose replies the
+                               proxy swallows; with V_FORWARD too */
+    struct sbuf probe_ev;   /* their record, for policy_probe_answered() */
+    int nprobe;
 };
 
 struct policy_ctx {
@@ -60,6 +65,12 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
  * policy's own refusal (-TTLGUARD ...), 0 when another error. */
 int policy_guard_refused(const struct config *cfg, const char *guard, size_t len,
                           const char *err, size_t errlen, const struct ev_client *client);
+
+/* A reply to the probes of a carried key (rw->probe), `remaining` of them
+ * still owed counting this one: when it says the key had no TTL (-1), or
+ * refused the probe, record the command's event from rec (rw->probe_ev). */
+void policy_probe_answered(const struct config *cfg, const char *rec, size_t len,
+                           int remaining, int no_ttl, const struct ev_client *client);
 
 /* 1 when cfg can never do anything but forward (no rules, default allow). */
 int policy_inactive(const struct config *cfg);

@@ -167,6 +167,13 @@ static void apply_reply(struct session *s, struct pending *head, char type)
         if (type == '-')
             relogin_refused(s);
         break;
+    case PW_PROBE: {
+        struct ev_client c;
+        int no_ttl = type != ':' || (s->peeklen >= 4 && memcmp(s->peek, ":-1\r", 4) == 0);
+        policy_probe_answered(s->srv->cfg, head->local, head->local_len, head->remaining,
+                              no_ttl, session_client(s, &c));
+        break;
+    }
     default:
         break;
     }
@@ -222,7 +229,7 @@ static int inspect(const struct session *s, const struct pending *head, char typ
 {
     return s->monitor || type == '-' || type == '>' ||
            (!s->resp3 && s->nchan + s->npat + s->nshard > 0) ||
-           (head != NULL && head->what == PW_SUB);
+           (head != NULL && (head->what == PW_SUB || head->what == PW_PROBE));
 }
 
 /* A whole reply of the backend's, from the proxy's hands: in a cluster, as

@@ -978,6 +978,8 @@ static enum verdict judge(struct session *s, const struct request *req,
     rw->exec_first = 0;
     rw->orig_args.len = 0;
     rw->tail.len = 0;
+    rw->guard.len = 0;
+    rw->nprobe = 0;
     if (policy_inactive(s->srv->cfg))
         return V_FORWARD;
     struct ev_client c;
@@ -1027,6 +1029,8 @@ static void abort_exec(struct session *s, const struct req_plan *pl)
 static void send_request(struct session *s, const struct request *req, enum verdict v,
                          const struct req_plan *pl, const struct rewrite *rw)
 {
+    if (rw->nprobe > 0)
+        tob_add(s, rw->probe.p, rw->probe.len, 1);
     if (v != V_REWRITE) {
         tob_add(s, req->raw.p, req->raw.len, pl->raw_copy);
         return;
@@ -1052,6 +1056,16 @@ static void note_queued_topology(struct session *s, const struct request *req, e
 static void expect_replies(struct session *s, const struct request *req,
                            const struct req_plan *pl, enum verdict v, const struct rewrite *rw)
 {
+    if (rw->nprobe > 0) {
+        struct pending *e = q_push(s);
+        e->kind = PK_INTERNAL;
+        e->what = PW_PROBE;
+        e->remaining = rw->nprobe;
+        e->local = xmemdup(rw->probe_ev.p, rw->probe_ev.len);
+        e->local_len = (uint32_t)rw->probe_ev.len;
+        e->local_owned = 1;
+        owe(s, rw->nprobe);
+    }
     if (rw->exec_first > 0) {
         struct pending *e = q_push(s);
         e->kind = PK_INTERNAL;          /* +OK for MULTI */

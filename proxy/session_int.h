@@ -59,6 +59,8 @@ enum pend_what {
                        remember it (`local`: the argument, owned; subkind: enum carried) */
     PW_GUARD,       /* a rewrite the server itself may refuse (-TTLGUARD ...): `local` holds
                        the policy's guard record (owned) for the event */
+    PW_PROBE,       /* PK_INTERNAL: PTTL of keys a command carries elsewhere (`remaining` of
+                       them): -1 records its event; `local`: the policy's record (owned) */
 };
 
 /* Where in an EXEC reply of the proxy's own MULTI the bytes are. */

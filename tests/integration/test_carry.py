@@ -285,6 +285,41 @@ def test_migrate_reject(env, target, proto):
         dict(command="MIGRATE", key="r:b", effect="moves-without-ttl", action="rejected")])
 
 
+@PROTOS
+def test_only_keys_without_ttl_are_recorded(env, target, proto):
+    """Carrying a key that has a TTL loses nothing: no violation, in rewrite
+    and in log mode. Which keys have none only the server knows; a PTTL sent
+    right before the command tells the proxy, and its reply never reaches the
+    client. In a pipeline, replies stay in order."""
+    redis, proxy = env
+    with Conn(target.port) as t:
+        t.cmd("FLUSHALL")
+    with Conn(redis.port) as ctl:
+        ctl.cmd("FLUSHALL")
+        for k in ("t:a", "t:b", "t:m", "l:a", "d:src"):
+            ctl.cmd("SET", k, "v", "EX", "100")
+        ctl.cmd("SET", "t:bare", "v")
+        ctl.cmd("SET", "l:bare", "v")
+        ctl.cmd("SET", "t:keep", "v")
+    with conn(proxy.port, proto) as c:
+        c.send(enc("MOVE", "t:a", "1") + enc("COPY", "d:src", "t:c", "DB", "1") +
+               enc("GET", "t:keep") + enc("MOVE", "l:a", "1") +
+               enc("MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", "KEYS", "t:m",
+                   "t:bare") +
+               enc("MOVE", "l:bare", "2") + enc("PING"))
+        got = [c.reply_raw()[1] for _ in range(7)]
+    assert got == [b":1\r\n", b":1\r\n", b"$1\r\nv\r\n", b":1\r\n", b"+OK\r\n", b":1\r\n",
+                   b"+PONG\r\n"], got
+    assert near_rule_ttl(pttl(target.port, "t:bare"))
+    rc.wait_recorded_all(proxy, proxy.events, [
+        dict(command="MIGRATE", key="t:bare", effect="moves-without-ttl", action="rewritten"),
+        dict(command="MOVE", key="l:bare", effect="moves-without-ttl", action="logged"),
+    ])
+    _, evs = rc.recorded_events(proxy, proxy.events)
+    carried = sorted(e["key"] for e in evs if e.get("effect") == "moves-without-ttl")
+    assert carried == ["l:bare", "t:bare"], carried
+
+
 def test_swapdb_stays_unverified(env):
     """SWAPDB moves whole databases: every key keeps its TTL, so nothing
     loses one, but keys that leaked in one are now in the other; the proxy
