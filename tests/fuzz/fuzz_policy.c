@@ -153,6 +153,15 @@ static void judge(const struct request *req, const struct command_set *set, unsi
         struct slice args[1];
         check(frame_all(rw.followup.p, rw.followup.len, args, 1, &nargs) == 1);
     }
+    if (v != V_REJECT && rw.nprobe > 0) {
+        /* One PTTL per carried key, and a record for each of their replies. */
+        int nargs, cap = rw.nprobe * 2;
+        struct slice *args = malloc(sizeof *args * (size_t)cap);
+        check(frame_all(rw.probe.p, rw.probe.len, args, cap, &nargs) == rw.nprobe);
+        free(args);
+        for (int remaining = rw.nprobe; remaining > 0; remaining--)
+            policy_probe_answered(&cfg, rw.probe_ev.p, rw.probe_ev.len, remaining, 1, &client);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
