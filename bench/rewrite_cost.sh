@@ -17,6 +17,13 @@
 # each with redis-benchmark -c 50 -r 100000 on keys under rewrite rules; every
 # measurement starts on an empty Redis with CONFIG RESETSTAT. Markdown to stdout.
 #
+# A second table weighs the atomic forms a rewritten SET could take (issue 16's
+# candidates) by what Redis spends on them in all, I/O and parsing included: its
+# process CPU time (utime + stime) per request while redis-cli --pipe feeds it the
+# same requests in each form, on existing keys: plain SET, ttlguard's MULTI form,
+# one MULTI around 16 requests, EVAL, EVALSHA, FCALL of a library function, and the
+# two commands without MULTI (not atomic: the floor of any form that sends both).
+#
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,7 +48,8 @@ cp "$TTLG_BIN" "$WORK/ttlguard"
 free_port REDIS_PORT; free_port TTLG_PORT
 start_bg "$WORK/redis.log" "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
     --appendonly no --daemonize no
-wait_ping redis-server "$PID_LAST" "$REDIS_PORT"
+REDIS_PID=$PID_LAST
+wait_ping redis-server "$REDIS_PID" "$REDIS_PORT"
 {
     printf '[proxy]\nlisten = 127.0.0.1:%s\nbackend = 127.0.0.1:%s\n' "$TTLG_PORT" "$REDIS_PORT"
     for p in key: counter: mylist myhash myset myzset; do
@@ -102,4 +110,76 @@ echo
 echo "Setup: redis-benchmark -c 50 -r 100000 -P 16, $REQUESTS requests per row and target;" \
     "Redis's INFO commandstats (usec of the top-level commands per client request: MULTI" \
     "+ EXEC, or EVAL, whose time includes the commands they run)." \
+    "bench/rewrite_cost.sh."
+
+# ---- the candidate forms of a rewritten SET ----------------------------------
+
+SCRIPT="redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL') redis.call('EXPIRE', KEYS[1], ARGV[2], 'NX') return redis.status_reply('OK')"
+"$REDIS_CLI" -p "$REDIS_PORT" function load replace "#!lua name=ttlgbench
+redis.register_function('ttlg_set', function(KEYS, ARGV) $SCRIPT end)" >/dev/null
+SHA=$("$REDIS_CLI" -p "$REDIS_PORT" script load "$SCRIPT")
+
+# form_file FORM: REQUESTS SETs of key:<12 digits> (100,000 keys) in FORM, as RESP.
+form_file() {
+    awk -v form="$1" -v n="$REQUESTS" -v script="$SCRIPT" -v sha="$SHA" '
+        function cmd(s,   a, i, k) {
+            k = split(s, a, "\t"); printf "*%d\r\n", k
+            for (i = 1; i <= k; i++) printf "$%d\r\n%s\r\n", length(a[i]), a[i] }
+        BEGIN {
+            srand(1)
+            for (i = 0; i < n; i++) {
+                key = sprintf("key:%012d", int(rand() * 100000))
+                if (form == "plain") cmd("SET\t" key "\txxx")
+                else if (form == "multi") {
+                    cmd("MULTI"); cmd("SET\t" key "\txxx\tKEEPTTL")
+                    cmd("EXPIRE\t" key "\t3600\tNX"); cmd("EXEC")
+                } else if (form == "multi16") {
+                    if (i % 16 == 0) cmd("MULTI")
+                    cmd("SET\t" key "\txxx\tKEEPTTL"); cmd("EXPIRE\t" key "\t3600\tNX")
+                    if (i % 16 == 15 || i == n - 1) cmd("EXEC")
+                } else if (form == "pair") {
+                    cmd("SET\t" key "\txxx\tKEEPTTL"); cmd("EXPIRE\t" key "\t3600\tNX")
+                } else if (form == "eval") cmd("EVAL\t" script "\t1\t" key "\txxx\t3600")
+                else if (form == "evalsha") cmd("EVALSHA\t" sha "\t1\t" key "\txxx\t3600")
+                else if (form == "fcall") cmd("FCALL\tttlg_set\t1\t" key "\txxx\t3600")
+            }
+        }' >"$WORK/$1.resp"
+}
+
+# form_usec FORM: Redis's CPU microseconds per request of FORM (median of 3).
+form_usec() {
+    local r a b out usecs=()
+    for r in 1 2 3; do
+        "$REDIS_CLI" -p "$REDIS_PORT" flushall >/dev/null
+        "$REDIS_CLI" -p "$REDIS_PORT" --pipe <"$WORK/plain.resp" >/dev/null # keys exist
+        a=$(cpu_ticks "$REDIS_PID")
+        out=$("$REDIS_CLI" -p "$REDIS_PORT" --pipe <"$WORK/$1.resp")
+        b=$(cpu_ticks "$REDIS_PID")
+        [[ $out == *"errors: 0,"* ]] || die "form $1 got error replies: $out"
+        usecs+=("$(awk -v t=$((b - a)) -v hz="$HZ" -v n="$REQUESTS" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')")
+    done
+    printf '%s\n' "${usecs[@]}" | sort -g | sed -n 2p
+}
+
+HZ=$(getconf CLK_TCK)
+echo
+echo "| form of a rewritten SET | atomic | Redis CPU µs/request | vs plain SET |"
+echo "|---|---|---:|---:|"
+for form in plain multi multi16 pair eval evalsha fcall; do form_file "$form"; done
+base=$(form_usec plain)
+while IFS='|' read -r form atomic label; do
+    u=$(form_usec "$form")
+    printf '| %s | %s | %s | %s |\n' "$label" "$atomic" "$u" "$(ratio "$u" "$base")"
+done <<'EOF'
+plain|(drops the TTL)|`SET k v`, what the client sent
+multi|yes|`MULTI; SET k v KEEPTTL; EXPIRE k ttl NX; EXEC` (ttlguard's form)
+multi16|yes|one `MULTI` … `EXEC` around 16 requests' `SET … KEEPTTL; EXPIRE … NX`
+pair|no|`SET k v KEEPTTL; EXPIRE k ttl NX` without `MULTI`
+eval|yes|`EVAL <script> 1 k v ttl` (the script runs both)
+evalsha|yes|`EVALSHA <sha> 1 k v ttl`
+fcall|yes|`FCALL ttlg_set 1 k v ttl` (a library function)
+EOF
+echo
+echo "Setup: $REQUESTS requests per form on 100,000 existing keys, sent by redis-cli --pipe;" \
+    "Redis's process CPU time (utime + stime, $HZ ticks/s) per request, median of 3." \
     "bench/rewrite_cost.sh."

@@ -11,7 +11,10 @@
 #                 direct | ttlguard (--no-state to skip)
 #   rewrite mode  SET GETSET INCR LPUSH HSET SADD ZADD MSET at -P 1 and -P 16
 #                 through three ttlguard instances: no rules | rules that miss
-#                 the benchmark's keys | rules that rewrite them (issues 3, 16)
+#                 the benchmark's keys | rules that rewrite them (issues 3, 16);
+#                 and a mixed workload (half reads, half writes of five kinds,
+#                 concurrently) through no rules | the strict policy
+#                 ([default] action = rewrite)
 #
 # Why it is built this way:
 # - Interleaved. The machine is shared and its speed drifts over minutes, so
@@ -41,7 +44,8 @@ usage: bench/run.sh [--mode pass|rewrite|all] [--quick] [options]
   --mode M          pass: direct vs ttlguard (multiplex = on) vs
                     ttlguard_1to1 (multiplex = off) vs nutcracker, then the
                     connection-state table; rewrite: rewritten vs
-                    pass-through ttlguard; all (default): all tables
+                    pass-through ttlguard, then the strict-policy mixed
+                    workload; all (default): all tables
   --quick           short plumbing check (a minute or two): --seconds 0.2
   --rounds N        rounds per case, the table shows the median (default 3)
   --seconds S       target length of one measurement, calibrated against the
@@ -346,6 +350,28 @@ action = rewrite
 "
 done
 
+# The strict policy of seed 002: every key needs a TTL unless registered as
+# durable. The durable and ttl prefixes miss the benchmark's keys, so every
+# write of the mixed workload is rewritten under [default].
+RULES_STRICT='
+[default]
+action = rewrite
+ttl = 3600
+
+[ttl "session:"]
+ttl = 900
+action = rewrite
+
+[durable "config:"]
+owner = platform
+reason = feature flags, rebuilt by deploys
+rebuild = redeploy
+'
+
+# The mixed workload: CLIENTS clients split over concurrent redis-benchmark
+# processes by test, half of them reading (test:clients).
+MIXED="get:25 set:10 incr:5 hset:5 lpush:3 sadd:2"
+
 # Pass-mode targets and rewrite-mode targets: name -> port.
 declare -A PORT TPID
 if want_pass; then
@@ -387,6 +413,7 @@ if want_rewrite; then
     start_ttlguard rw_pass "$rw_mux" ""
     start_ttlguard rw_miss "$rw_mux" "$RULES_MISS"
     start_ttlguard rw_rewrite "$rw_mux" "$RULES_REWRITE"
+    start_ttlguard rw_strict "$rw_mux" "$RULES_STRICT"
     # Plumbing check: a list pushed through the rewrite instance must end
     # with a TTL, one pushed through the no-match instance must not.
     rcli unlink mylist
@@ -396,11 +423,15 @@ if want_rewrite; then
     "$REDIS_CLI" -h 127.0.0.1 -p "${PORT[rw_miss]}" lpush mylist probe >/dev/null
     MISS_PROBE_TTL=$("$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" ttl mylist)
     rcli unlink mylist
+    "$REDIS_CLI" -h 127.0.0.1 -p "${PORT[rw_strict]}" lpush mylist probe >/dev/null
+    STRICT_PROBE_TTL=$("$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" ttl mylist)
+    rcli unlink mylist
     REWRITE_OK=1
-    if [[ $REWRITE_PROBE_TTL -le 0 || $MISS_PROBE_TTL != -1 ]]; then
+    if [[ $REWRITE_PROBE_TTL -le 0 || $MISS_PROBE_TTL != -1 || $STRICT_PROBE_TTL -le 0 ]]; then
         REWRITE_OK=0
         say "WARNING: LPUSH mylist left TTL $REWRITE_PROBE_TTL through the rewrite" \
-            "instance (want > 0), $MISS_PROBE_TTL through the no-match one (want -1)"
+            "instance (want > 0), $MISS_PROBE_TTL through the no-match one (want -1)," \
+            "$STRICT_PROBE_TTL through the strict one (want > 0)"
     fi
 fi
 
@@ -469,6 +500,7 @@ bench_rps() {
     sadd) rcli -n "$TDB" unlink myset ;;
     zadd) rcli -n "$TDB" unlink myzset ;;
     getset) what=(getset "key:__rand_int__" xxx) ;;     # not one of its -t tests
+    mixed) bench_mixed "$pipe" "$n"; return ;;
     esac
     limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
     out=$(timeout -k 5 "$limit" "${CPU_CLIENT[@]}" "$REDIS_BENCHMARK" \
@@ -478,6 +510,28 @@ bench_rps() {
     rps=$(awk -F'"' '$2 != "test" && NF > 4 { r = $4 } END { print r }' <<<"$out")
     [[ $rps =~ ^[0-9]+(\.[0-9]+)?$ ]] || return 1
     echo "$rps"
+}
+
+# bench_mixed PIPELINE N: the mixed workload on TPORT, N requests in all, each
+# process its clients' share; requests/s is N over the wall time of the whole
+# group (redis-benchmark's own figure per process would count a process that
+# ends early at its own pace).
+bench_mixed() {
+    local pipe=$1 n=$2 part test c pids=() rc=0 t0 t1 limit
+    rcli -n "$TDB" unlink mylist myhash myset
+    limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
+    t0=$(date +%s.%N)
+    for part in $MIXED; do
+        test=${part%%:*} c=${part#*:}
+        timeout -k 5 "$limit" "${CPU_CLIENT[@]}" "$REDIS_BENCHMARK" -h 127.0.0.1 -p "$TPORT" \
+            -c "$c" -n $((n * c / CLIENTS)) -r "$KEYSPACE" -P "$pipe" "${TARGS[@]}" -q \
+            -t "$test" >/dev/null 2>>"$WORK/redis-benchmark.err" &
+        pids+=($!)
+    done
+    for c in "${pids[@]}"; do wait "$c" || rc=1; done
+    t1=$(date +%s.%N)
+    ((rc == 0)) || return 1
+    awk -v n="$n" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", n / (b - a) }'
 }
 
 # calibrate KEY TARGET TEST PIPELINE: set N[KEY] to the request count that
@@ -586,7 +640,13 @@ ratio() {
 below() { # below RATIO LIMIT: true when RATIO is a number under LIMIT
     [[ $1 != - ]] && awk -v a="$1" -v l="$2" 'BEGIN { exit !(a < l) }'
 }
-label() { [[ $1 == mset ]] && echo "MSET (10 keys)" || echo "${1^^}"; }
+label() {
+    case $1 in
+    mset) echo "MSET (10 keys)" ;;
+    mixed) echo "mixed" ;;
+    *) echo "${1^^}" ;;
+    esac
+}
 
 # Bring the keyspace to the state every GET measurement sees: key:* exists,
 # in database 1 too when the --dbnum 1 cases run.
@@ -772,11 +832,34 @@ if want_rewrite; then
         for p in 1 16; do printf ' %s/-P%s %s' "$(label $t)" "$p" "${N[rewrite|$t|$p]}"; done
     done
     printf '\n\n'
+    run_table strict mixed "1 16" "rw_pass rw_strict"
+    echo "## Strict policy, mixed workload"
+    echo
+    echo "\`[default] action = rewrite\` (ttl 3600) with a durable and a ttl prefix that miss the"
+    echo "benchmark's keys, so every write is rewritten; the workload is $CLIENTS clients in"
+    echo "concurrent redis-benchmark processes ($(awk '{ for (i = 1; i <= NF; i++) {
+        split($i, a, ":"); printf "%s%s %s", (i > 1 ? ", " : ""), toupper(a[1]), a[2] } }' <<<"$MIXED")"
+    echo "clients), N requests in all over the wall time of the group."
+    echo
+    echo "| workload | pipeline | rps pass-through | rps strict | strict/pass-through |"
+    echo "| --- | ---: | ---: | ---: | ---: |"
+    for p in 1 16; do
+        a=$(med strict mixed $p rw_pass)
+        w=$(med strict mixed $p rw_strict)
+        wa=$(ratio "$w" "$a")
+        echo "| mixed | $p | $(fmt_rps "$a") | $(fmt_rps "$w") | $wa |"
+        want=$([[ $p == 1 ]] && echo 0.80 || echo 0.70)
+        below "$wa" "$want" && MISSES+=("strict mixed -P $p: strict/pass-through $wa < $want")
+    done
+    echo
+    echo "Requests per measurement: -P1 ${N[strict|mixed|1]} -P16 ${N[strict|mixed|16]}"
+    echo
     if ((!REWRITE_OK)); then
-        MISSES+=("rewrite: the plumbing check failed, the rewritten column rewrote nothing")
+        MISSES+=("rewrite: the plumbing check failed, the rewritten columns rewrote nothing")
         echo "**WARNING: the plumbing check failed: LPUSH mylist left TTL $REWRITE_PROBE_TTL" \
-            "through the rewrite instance (want > 0) and $MISS_PROBE_TTL through the" \
-            "no-match instance (want -1). This table does not measure what it says.**"
+            "through the rewrite instance (want > 0), $MISS_PROBE_TTL through the" \
+            "no-match instance (want -1) and $STRICT_PROBE_TTL through the strict one" \
+            "(want > 0). These tables do not measure what they say.**"
         echo
     fi
 fi
