@@ -463,7 +463,7 @@ int policy_guard_refused(const struct config *cfg, const char *guard, size_t len
  * none), which only the server knows. A PTTL of src sent right before the
  * command tells (policy_probe_answered()): no event for a key that keeps its
  * TTL. Where the proxy cannot send one (inside the client's MULTI, with WATCH
- * active, replies off) the event is recorded now, as "may". */
+ * active, replies off) the event is recorded now, for every such key. */
 static void carry_event(const struct request *req, struct slice key, struct slice src,
                         const struct rule *r, enum ev_action act, const struct policy_ctx *ctx,
                         struct rewrite *rw)
