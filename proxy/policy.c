@@ -931,8 +931,7 @@ static enum verdict rewrite_command(const struct request *req, const struct poli
     return V_REWRITE;
 }
 
-enum verdict policy_check(const struct config *cfg, const struct request *req,
-                          const struct policy_ctx *ctx, struct rewrite *rw)
+void policy_rewrite_reset(struct rewrite *rw)
 {
     rw->pre.len = 0;
     rw->tail.len = 0;
@@ -944,7 +943,12 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     rw->probe.len = 0;
     rw->probe_ev.len = 0;
     rw->nprobe = 0;
+}
 
+enum verdict policy_check(const struct config *cfg, const struct request *req,
+                          const struct policy_ctx *ctx, struct rewrite *rw)
+{
+    policy_rewrite_reset(rw);
     if (policy_inactive(cfg))
         return V_FORWARD;
     if (ctx->cmd == NULL)

@@ -56,6 +56,9 @@ struct policy_ctx {
     const struct ev_client *client;
 };
 
+/* Empty rw: nothing to send but the request (policy_check() starts so). */
+void policy_rewrite_reset(struct rewrite *rw);
+
 /* Decide what to do with req under cfg. Cheap when no rule can apply. */
 enum verdict policy_check(const struct config *cfg, const struct request *req,
                           const struct policy_ctx *ctx, struct rewrite *rw);

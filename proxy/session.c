@@ -974,14 +974,10 @@ static void plan_replies(struct session *s, const struct request *req, struct re
 static enum verdict judge(struct session *s, const struct request *req,
                           const struct req_plan *pl, struct rewrite *rw)
 {
-    rw->followup.len = 0;
-    rw->exec_first = 0;
-    rw->orig_args.len = 0;
-    rw->tail.len = 0;
-    rw->guard.len = 0;
-    rw->nprobe = 0;
-    if (policy_inactive(s->srv->cfg))
+    if (policy_inactive(s->srv->cfg)) {
+        policy_rewrite_reset(rw);
         return V_FORWARD;
+    }
     struct ev_client c;
     struct policy_ctx ctx = {
         .cmd = pl->ci, .resp3 = s->resp3, .in_multi = s->in_multi,
