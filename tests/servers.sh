@@ -8,6 +8,7 @@
 #   redis-8.0     Debian unstable's source package redis
 #   valkey-8.1    Debian 13 (trixie)'s source package valkey
 #   valkey-9.1    Debian unstable's source package valkey
+#   redis-8.6     Debian experimental's source package redis
 #
 # Without NAME: all of them. Sources come from tests/debsrc.sh (the machine's apt
 # configuration untouched); binaries are built with
@@ -23,7 +24,7 @@ cache=${TTLG_CACHE:-/var/cache/ttlguard}
 die() { echo "servers.sh: $*" >&2; exit 1; }
 log() { echo "servers.sh: $*" >&2; }
 
-ALL=(redis-7.0 redis-8.0 valkey-8.1 valkey-9.1)
+ALL=(redis-7.0 redis-8.0 valkey-8.1 valkey-9.1 redis-8.6)
 MAKE_FLAGS="MALLOC=libc BUILD_WITH_MODULES=no BUILD_TLS=yes"
 
 # NAME -> "SUITE PACKAGE BINARY" for the built ones.
@@ -32,6 +33,7 @@ source_of() {
     redis-8.0) echo "unstable redis redis-server" ;;
     valkey-8.1) echo "trixie valkey valkey-server" ;;
     valkey-9.1) echo "unstable valkey valkey-server" ;;
+    redis-8.6) echo "experimental redis redis-server" ;;
     *) return 1 ;;
   esac
 }
@@ -95,7 +97,7 @@ for name in "$@"; do
       path=/usr/bin/redis-server
       [ -x "$path" ] || die "redis-7.0: $path is missing (apt-get install redis-server)"
       ;;
-    redis-8.0 | valkey-8.1 | valkey-9.1)
+    redis-8.0 | valkey-8.1 | valkey-9.1 | redis-8.6)
       command -v make >/dev/null && command -v cc >/dev/null || die "$name: needs make and a C compiler"
       path=$(build_one "$name")
       ;;
