@@ -39,7 +39,8 @@ struct name_slot {
 };
 
 struct command_set {
-    struct server_id id;
+    struct server_id id;            /* the server */
+    struct server_id table;         /* whose table: id, unless held back (table_server()) */
     unsigned feat;
     int table_rows, derived, unjudged;
     struct name_slot slots[NAME_SLOTS];
@@ -123,31 +124,35 @@ void server_id_format(const struct server_id *id, char *buf, size_t len)
              id->version / 10000, id->version / 100 % 100, id->version % 100);
 }
 
-/* The newest verified version of the server's kind. TTLG_TABLE_VERIFIED
- * (e.g. "redis:8.0.6") holds the table back to an older one of that kind, so
- * that a test can put a real server that is newer than the table behind the
- * proxy: its arguments are then judged as those of an unknown release. */
-static unsigned verified_until(const struct server_id *id)
+/* The server whose table a set holds: the one behind the proxy, or an older
+ * one of the same kind that TTLG_TABLE_VERIFIED names (e.g. "redis:8.0.6"):
+ * the table held back, so that a test can put a real server that is newer
+ * than the table behind the proxy. */
+static struct server_id table_server(const struct server_id *id)
 {
     const char *held = getenv("TTLG_TABLE_VERIFIED");
     struct server_id back;
 
-    if (held != NULL && server_id_parse(held, &back) == 0 && back.kind == id->kind)
-        return back.version;
-    return id->kind == SRV_VALKEY ? VALKEY_VERIFIED : REDIS_VERIFIED;
+    if (held != NULL && server_id_parse(held, &back) == 0 && back.kind == id->kind &&
+        back.version < id->version)
+        return back;
+    return *id;
 }
 
-static unsigned features(const struct server_id *id)
+/* The features of the table's server; FT_NEWER when the real one is newer
+ * than it or than the newest verified version of its kind. */
+static unsigned features(const struct server_id *table, const struct server_id *real)
 {
     unsigned f = 0;
 
-    if (id->kind == SRV_VALKEY) {
-        if (id->version >= SRV_VERSION(8, 1, 0))
+    if (table->kind == SRV_VALKEY) {
+        if (table->version >= SRV_VERSION(8, 1, 0))
             f |= FT_SET_IFEQ;
-        if (id->version >= SRV_VERSION(9, 0, 0))
+        if (table->version >= SRV_VERSION(9, 0, 0))
             f |= FT_HSETEX_KEYCOND | FT_INLINE_JOIN;
     }
-    if (id->version > verified_until(id))
+    unsigned verified = real->kind == SRV_VALKEY ? VALKEY_VERIFIED : REDIS_VERIFIED;
+    if (real->version > table->version || real->version > verified)
         f |= FT_NEWER;
     return f;
 }
@@ -230,9 +235,10 @@ struct command_set *command_set_new(const struct server_id *id)
     struct command_set *set = xcalloc(1, sizeof *set);
 
     set->id = *id;
-    set->feat = features(id);
+    set->table = table_server(id);
+    set->feat = features(&set->table, id);
     for (int k = 0; k < known_names_n; k++) {
-        if (name_available(&known_names[k], id) &&
+        if (name_available(&known_names[k], &set->table) &&
             slot_add(set, known_names[k].name) == NULL)
             ttlg_assert_fail("known command names fit the name slots", __FILE__, __LINE__);
     }
@@ -240,7 +246,7 @@ struct command_set *command_set_new(const struct server_id *id)
         const struct command *c = &command_table[r];
         struct name_slot *s = (struct name_slot *)slot_find(set, c->name, strlen(c->name));
 
-        if (!row_available(c, id))
+        if (!row_available(c, &set->table))
             continue;
         /* Mistakes in the table itself: caught by the first run of any test. */
         if (s == NULL)
@@ -285,6 +291,20 @@ const struct server_id *command_set_server(const struct command_set *set)
 unsigned command_set_features(const struct command_set *set)
 {
     return set->feat;
+}
+
+void command_set_table_note(const struct command_set *set, char *buf, size_t len)
+{
+    char held[32];
+
+    if (set->table.version != set->id.version) {
+        server_id_format(&set->table, held, sizeof held);
+        snprintf(buf, len, "held back to %s by TTLG_TABLE_VERIFIED", held);
+        return;
+    }
+    snprintf(buf, len, "verified up to redis %u.%u and valkey %u.%u",
+             REDIS_VERIFIED / 10000, REDIS_VERIFIED / 100 % 100,
+             VALKEY_VERIFIED / 10000, VALKEY_VERIFIED / 100 % 100);
 }
 
 void command_set_counts(const struct command_set *set, int *table, int *derived, int *unjudged)
@@ -465,7 +485,7 @@ void commands_print(FILE *out, const struct command_set *set)
     for (int r = 0; r < command_table_rows; r++) {
         const struct command *c = &command_table[r];
 
-        if (!row_available(c, &set->id))
+        if (!row_available(c, &set->table))
             continue;
         print_row(out, c);
         for (int s = 0; s < c->nsubs; s++)

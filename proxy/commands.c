@@ -1346,6 +1346,9 @@ int command_key_args(const struct cmd_info *ci, int argc, const struct slice *ar
         m = spec_keys(&c->specs[i], &u, argc, argv, out, n);
         if (m < 0)
             break;
+        /* A role the command only reads (a source): TE_NONE. */
+        for (int j = n; j < m && c->specs[i].may == (1u << TE_NONE); j++)
+            out[j].effect = TE_NONE;
         n = m;
     }
     return n;

@@ -128,6 +128,9 @@ struct command_set *command_set_new(const struct server_id *id);
 void command_set_free(struct command_set *set);
 const struct server_id *command_set_server(const struct command_set *set);
 unsigned command_set_features(const struct command_set *set);     /* FT_* */
+/* Which table the set holds, for messages: "verified up to redis 8.6 and
+ * valkey 9.1", or "held back to redis 8.0.6 by TTLG_TABLE_VERIFIED". */
+void command_set_table_note(const struct command_set *set, char *buf, size_t len);
 
 /* One command as the server describes it in COMMAND INFO, for a row derived
  * from its key specs (command_set_derive()). */
@@ -196,8 +199,10 @@ int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
 
 /* Every key argv names, whatever the command does to it, as far as its key
  * specs find them (options parsers not run): for rules about commands that
- * cannot be judged. Returns the count (0 when none can be found), or -1 when
- * the keys cannot be known (unknown names, CMD_KEYS_UNKNOWN rows). */
+ * cannot be judged. Each key's effect is TE_NONE when its role is one the
+ * command only reads (a source), else TE_CREATE: it may be written. Returns
+ * the count (0 when none can be found), or -1 when the keys cannot be known
+ * (unknown names, CMD_KEYS_UNKNOWN rows). */
 int command_key_args(const struct cmd_info *ci, int argc, const struct slice *argv,
                      struct key_ref *out);
 

@@ -529,14 +529,16 @@ static int parse_unknown(const struct conf_key *k, enum section_kind in, const c
                          void *field, char *err, size_t errlen)
 {
     enum rule_unknown *dst = field;
-    if (strcmp(value, "log") == 0)
+    if (strcmp(value, "protect") == 0)
+        *dst = UNKNOWN_PROTECT;
+    else if (strcmp(value, "log") == 0)
         *dst = UNKNOWN_LOG;
     else if (strcmp(value, "allow") == 0)
         *dst = UNKNOWN_ALLOW;
     else if (strcmp(value, "reject") == 0)
         *dst = UNKNOWN_REJECT;
     else {
-        snprintf(err, errlen, "%s = '%s': expected allow, log or reject", k->name, value);
+        snprintf(err, errlen, "%s = '%s': expected protect, log, allow or reject", k->name, value);
         return -1;
     }
     return 0;

@@ -313,7 +313,7 @@ void events_rule_json(struct evbuf *b, const struct rule *r)
         evbuf_printf(b, ",\"action\":\"%s\",\"ttl\":%lld,\"refresh\":\"%s\",\"max_ttl\":%lld",
                      rule_action_name(r->action), r->ttl, rule_refresh_name(r->refresh),
                      r->max_ttl);
-        if (r->unknown != UNKNOWN_LOG)
+        if (r->unknown != UNKNOWN_PROTECT)
             evbuf_printf(b, ",\"unknown\":\"%s\"", rule_unknown_name(r->unknown));
     }
     if (r->line > 0)
@@ -1347,11 +1347,14 @@ void events_backend_server(const struct config *cfg, const struct command_set *s
         evbuf_printf(&msg, "%d command%s outside the table cannot be judged from %s key specs "
                      "(rule option unknown decides)", unjudged, unjudged == 1 ? "" : "s",
                      unjudged == 1 ? "its" : "their");
-    if ((id->kind == SRV_REDIS && id->version > SRV_VERSION(8, 0, 99)) ||
-        (id->kind == SRV_VALKEY && id->version > SRV_VERSION(9, 1, 99)))
-        evbuf_printf(&msg, "%s%s is newer than the table (verified up to Redis 8.0 and Valkey "
-                     "9.1): arguments it does not know are not judged", msg.len ? "; " : "",
-                     name);
+    if (command_set_features(set) & FT_NEWER) {
+        char table_note[96];
+        command_set_table_note(set, table_note, sizeof table_note);
+        evbuf_printf(&msg, "%s%s is newer than the command table (%s): a write with arguments "
+                     "the table does not know is protected under rules with unknown = protect "
+                     "(the default), else recorded as unverified", msg.len ? "; " : "", name,
+                     table_note);
+    }
     evbuf_add(&msg, "", 1);
 
     log_info("backend: %s, %d commands from the table, %d derived from its key specs%s%s",

@@ -314,9 +314,16 @@ static void build_carry_reject(struct sbuf *b, struct slice cmd, struct slice ke
         sb_printf(b, "give it one first: EXPIRE key %lld NX", ttl);
 }
 
+/* How strict an `unknown` setting is: the strictest of a command's rules
+ * decides. */
 static int unknown_rank(enum rule_unknown u)
 {
-    return u == UNKNOWN_REJECT ? 2 : u == UNKNOWN_LOG ? 1 : 0;
+    switch (u) {
+    case UNKNOWN_REJECT:  return 3;
+    case UNKNOWN_PROTECT: return 2;
+    case UNKNOWN_LOG:     return 1;
+    default:              return 0;
+    }
 }
 
 static void build_unjudged_reject(struct sbuf *b, struct slice cmd, const struct rule *r,
@@ -403,6 +410,8 @@ static enum verdict check_script(const struct config *cfg, const struct request 
 
 static enum verdict unjudged(const struct config *cfg, const struct request *req,
                              const struct policy_ctx *ctx, const char *why, struct rewrite *rw);
+static enum verdict rewrite_command(const struct request *req, const struct policy_ctx *ctx,
+                                    unsigned flags, int nf, struct rewrite *rw);
 
 /* The guard record: the command's name, then each key the server may
  * refuse, each as a 4-byte length and the bytes. */
@@ -634,6 +643,44 @@ static enum verdict check_carry(const struct config *cfg, const struct request *
     return V_REWRITE;
 }
 
+/* A command whose keys are known but whose effect on their TTLs is not (an
+ * argument the table does not know, a server newer than the table), under
+ * unknown = protect: every key it may write that falls under a rewrite rule
+ * with a TTL and unknown = protect is protected the way derived commands are,
+ * MULTI; cmd; EXPIRE key ttl NX ...; EXEC, whose reply is the command's own
+ * whatever its type. A key that had a TTL and lost it gets the rule's. The
+ * keys it only reads are left alone. nk keys are in keys[]. */
+static enum verdict protect_unjudged(const struct config *cfg, const struct request *req,
+                                     int nk, const struct policy_ctx *ctx, const char *why,
+                                     struct rewrite *rw)
+{
+    static const char how[] = "; protected: each key it may write under a rewrite rule "
+                              "ends with a TTL (EXPIRE key ttl NX in its MULTI)";
+    char detail[256];
+    int np = 0, nrule = 0;
+
+    for (int i = 0; i < nk; i++) {
+        struct slice key = req->argv[keys[i].argi];
+        const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
+        if (r->kind == RULE_DURABLE || r->action == ACTION_ALLOW)
+            continue;
+        nargv[nrule++] = key;           /* the keys under a rule, for the event */
+        if (keys[i].effect == TE_NONE || r->action != ACTION_REWRITE || r->ttl <= 0 ||
+            r->unknown != UNKNOWN_PROTECT)
+            continue;
+        found[np] = (struct finding){ .argi = keys[i].argi, .rule = r,
+                                      .effect = EFF_CREATES_WITHOUT_TTL,
+                                      .action = EACT_REWRITTEN, .ttl_argi = -1 };
+        np++;
+    }
+    snprintf(detail, sizeof detail, "%s%s", why, np > 0 ? how : "");
+    events_unverified_keys(req->argv[0], detail, nargv, nrule, ctx->client);
+    if (np == 0)
+        return V_FORWARD;
+    unsigned flags = command_flags(ctx->cmd->row) & (CMD_BLOCKING | CMD_NOSCRIPT);
+    return rewrite_command(req, ctx, flags | CMD_DERIVED, np, rw);
+}
+
 /* A command the proxy cannot judge: the rule option `unknown` of the rules
  * its keys fall under decides (the strictest of them); the default rule's
  * when it names no key; the strictest of every rule when its keys cannot be
@@ -673,10 +720,26 @@ static enum verdict unjudged(const struct config *cfg, const struct request *req
         build_unjudged_reject(&rw->err, req->argv[0], decides, why);
         return V_REJECT;
     }
+    case UNKNOWN_PROTECT:
+        if (nk > 0)
+            return protect_unjudged(cfg, req, nk, ctx, why, rw);
+        break;                      /* no key the proxy can find: as log */
     default:
-        events_unverified(req->argv[0], why, ctx->client);
-        return V_FORWARD;
+        break;
     }
+    events_unverified(req->argv[0], why, ctx->client);
+    return V_FORWARD;
+}
+
+/* Why command_keys() could not judge a command of a row with these flags,
+ * on a server with these features. */
+static const char *unjudged_why(unsigned flags, unsigned feat)
+{
+    if (flags & CMD_DERIVED)
+        return "its key specs say too little to judge it";
+    if ((feat & FT_NEWER) && !(flags & CMD_UNVERIFIED))
+        return "arguments the command table does not know (the server is newer than the table)";
+    return "not judged by the proxy";
 }
 
 /* What one key's write breaks under its rule r: 0, 1 or 2 findings into f
@@ -961,9 +1024,7 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     ensure_cap(req->argc);
     int nk = command_keys(ctx->cmd, req->argc, req->argv, keys);
     if (nk == -2)
-        return unjudged(cfg, req, ctx, flags & CMD_DERIVED ?
-                        "its key specs say too little to judge it" :
-                        "not judged by the proxy", rw);
+        return unjudged(cfg, req, ctx, unjudged_why(flags, ctx->cmd->feat), rw);
     if (nk <= 0)
         return V_FORWARD;
     if (flags & CMD_SCRIPT)

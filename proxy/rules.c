@@ -186,9 +186,10 @@ const char *rule_action_name(enum rule_action a)
 const char *rule_unknown_name(enum rule_unknown u)
 {
     switch (u) {
+    case UNKNOWN_LOG:    return "log";
     case UNKNOWN_ALLOW:  return "allow";
     case UNKNOWN_REJECT: return "reject";
-    default:             return "log";
+    default:             return "protect";
     }
 }
 

@@ -32,10 +32,14 @@ enum rule_refresh {
     REFRESH_BOUND,      /* the first TTL is a bound: EXPIRE becomes EXPIRE ... LT */
 };
 
-/* A command the proxy cannot judge (a module command without usable key
+/* A command the proxy cannot judge (an argument the command table does not
+ * know, a server newer than the table, a module command without usable key
  * specs, SWAPDB, a name the backend did not list...). */
 enum rule_unknown {
-    UNKNOWN_LOG,        /* forward it, record an `unverified` event (the default) */
+    UNKNOWN_PROTECT,    /* the default: as LOG, and under action = rewrite every key it may
+                           write that the proxy can find is sent in a form that leaves it
+                           with a TTL (the rule's, where it would end without one) */
+    UNKNOWN_LOG,        /* forward it, record an `unverified` event */
     UNKNOWN_ALLOW,      /* forward it, record nothing */
     UNKNOWN_REJECT,     /* refuse it with a -TTLGUARD error */
 };
@@ -83,7 +87,7 @@ void rules_free(struct ruleset *rs);
 
 const char *rule_action_name(enum rule_action a);     /* "allow", "log", "rewrite", "reject" */
 const char *rule_refresh_name(enum rule_refresh r);   /* "allow", "bound" */
-const char *rule_unknown_name(enum rule_unknown u);   /* "log", "allow", "reject" */
+const char *rule_unknown_name(enum rule_unknown u);   /* "protect", "log", "allow", "reject" */
 const char *rule_kind_name(enum rule_kind k);         /* "default", "ttl", "durable" */
 
 /* Decode a quoted, binary-safe prefix as written in a section header:

@@ -860,7 +860,7 @@ def test_reload_changes_unknown(modsrv, make_proxy, tmp_path):
             f.write(text.replace("action = rewrite\n", "action = rewrite\nunknown = sometimes\n"))
         p.send_signal(signal.SIGHUP)
         (e,) = wait_event(log, "config_rejected", event="config_rejected")
-        assert "unknown = 'sometimes': expected allow, log or reject" in e["reason"], e
+        assert "unknown = 'sometimes': expected protect, log, allow or reject" in e["reason"], e
         # the running config stays
         assert_rejected(via.cmd("ttlgmod.ninespecs", *NINE), "ttlgmod.ninespecs", WHY_DERIVED,
                         'ttl "t:"')
@@ -987,11 +987,11 @@ def check_config(tmp_path, text):
 
 
 @pytest.mark.parametrize("text,line,what", [
-    ('[ttl "t:"]\nttl = 900\nunknown = maybe\n', 3, "unknown = 'maybe': expected allow, log or reject"),
+    ('[ttl "t:"]\nttl = 900\nunknown = maybe\n', 3, "unknown = 'maybe': expected protect, log, allow or reject"),
     ('[proxy]\nlisten = 127.0.0.1:1\n\n[default]\naction = log\nunknown = maybe\n', 6,
-     "unknown = 'maybe': expected allow, log or reject"),
-    ('[default]\nunknown = Reject\n', 2, "unknown = 'Reject': expected allow, log or reject"),
-    ('[default]\nunknown =\n', 2, "unknown = '': expected allow, log or reject"),
+     "unknown = 'maybe': expected protect, log, allow or reject"),
+    ('[default]\nunknown = Reject\n', 2, "unknown = 'Reject': expected protect, log, allow or reject"),
+    ('[default]\nunknown =\n', 2, "unknown = '': expected protect, log, allow or reject"),
     ('[ttl "t:"]\nttl = 9\nunknown = log\nunknown = reject\n', 4,
      "unknown set twice in [ttl \"t:\"] (first at line 3)"),
     (DURABLE.replace("rebuild = nothing\n", "rebuild = nothing\nunknown = reject\n"), 5,
