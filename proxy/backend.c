@@ -144,8 +144,10 @@ static void bconn_fail(struct bconn *b, const char *why, int reason_set)
         b->srv->stats.backend_connect_errors++;
         target_failed(t);
         if (!reason_set) {
+            /* Bounded pieces: the line fits down_reason whole; the log
+             * line below has all of the reason. */
             snprintf(t->down_reason, sizeof t->down_reason,
-                     "ERR ttlguard: backend %s unavailable: %s", t->name, why);
+                     "ERR ttlguard: backend %.160s unavailable: %.300s", t->name, why);
             log_warn("backend %s unavailable: %s", t->name, why);
         }
     }

@@ -353,23 +353,31 @@ static void on_usr1(uv_signal_t *h, int signum)
     events_reopen();
 }
 
-/* 10,000 clients need 20,000 descriptors: take the hard limit when allowed. */
-static void raise_nofile(int max_clients)
+/* A client on a backend connection of its own takes two descriptors, so
+ * 10,000 of them need 20,000: take the hard limit when allowed. With shared
+ * connections (multiplex = on) clients need one each, and only those that
+ * need a connection of their own (MULTI, blocking commands, pub/sub) two:
+ * warn only when even one each does not fit. */
+static void raise_nofile(int max_clients, int multiplex)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return;
     rlim_t want = (rlim_t)max_clients * 2 + 64;
+    rlim_t need = multiplex ? (rlim_t)max_clients + 64 : want;
     if (rl.rlim_cur >= want)
         return;
     rlim_t old = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
-        log_warn("open files limit is %llu (hard limit %llu): a client takes two (its "
-                 "connection and its backend's), so fewer than max_clients=%d clients can be "
-                 "served; raise it with ulimit -n",
-                 (unsigned long long)(rl.rlim_cur > old ? rl.rlim_cur : old),
-                 (unsigned long long)rl.rlim_max, max_clients);
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        rl.rlim_cur = old;
+    if (rl.rlim_cur >= need)
+        return;
+    log_warn("open files limit is %llu (hard limit %llu): a client takes %s, so fewer than "
+             "max_clients=%d clients can be served; raise it with ulimit -n",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+             multiplex ? "one (two on a backend connection of its own)"
+                       : "two (its connection and its backend's)", max_clients);
 }
 
 /* The listen, TLS listen and backend addresses, each parsed and checked
@@ -482,7 +490,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     srv->rbuf = xmalloc(srv->rbuf_size);
 
     signal(SIGPIPE, SIG_IGN);
-    raise_nofile(cfg->max_clients);
+    raise_nofile(cfg->max_clients, cfg->multiplex);
     if (server_open(srv, listen_text != NULL) != 0)
         return 1;
     control_start(srv);
