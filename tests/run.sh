@@ -4,7 +4,7 @@
 # redis-server processes (the harness starts them on free loopback ports), then
 # Redis's own test suite through ttlguard in both connection modes
 # (tests/redis-suite/run.sh), then the integration suite once more per other
-# server ttlguard supports -- Redis 8.0, Valkey 8.1 and Valkey 9.1, built and
+# server ttlguard supports -- Redis 8.0, Redis 8.6, Valkey 8.1 and Valkey 9.1, built and
 # cached by tests/servers.sh (release build, shared connections, about 2.5
 # minutes each; a server that cannot be fetched or built fails the run; every
 # server is built with TLS, so the TLS tests run against each), then real
@@ -15,6 +15,8 @@
 # and 10 s of fuzzing each (clang), then the unit and integration tests again
 # with an ASan+UBSan build. The integration suite includes TLS (test_tls.py, a CA made
 # by the test) and Redis Cluster (test_cluster.py, 6-node clusters it starts).
+# Every step that runs tests fails when it ran none, and the summary prints
+# how many each step ran.
 #
 #   tests/run.sh               everything
 #   tests/run.sh --no-asan     skip the sanitizer pass
@@ -59,19 +61,54 @@ jobs=$(nproc)
 failed=0
 summary=()
 
+# pytest's closing counts ("2742 passed, 9 skipped") from its output in $1;
+# empty when it printed none.
+pytest_counts() {
+    { grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$1" || true; } | tail -n 1 |
+        sed -E 's/^=+ //; s/ in [0-9.]+s.*//'
+}
+
+# One step of tests: its output is shown and kept; the step fails when the
+# command fails or when it ran no test. The summary line gets the counts.
+# step LABEL KIND COMMAND...   (KIND: pytest, ctest, or plain: a closing
+# "N passed, M failed" line)
+step() {
+    local label=$1 kind=$2 out counts rc=0
+    shift 2
+    out=$(mktemp)
+    # pipefail (set above): the status is the command's unless tee failed.
+    if "$@" 2>&1 | tee "$out"; then rc=0; else rc=$?; fi
+    case "$kind" in
+    ctest) counts=$({ grep -E 'tests passed, [0-9]+ tests failed' "$out" || true; } | tail -n 1) ;;
+    plain) counts=$({ grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" || true; } | tail -n 1) ;;
+    *) counts=$(pytest_counts "$out") ;;
+    esac
+    case "$counts" in
+    "0 passed"* | "0% tests passed"* | "") [ "$rc" -ne 0 ] || counts="" ;;
+    esac
+    rm -f "$out"
+    if [ "$rc" -eq 0 ] && [ -z "$counts" ]; then
+        rc=1; counts="ran no test"
+    fi
+    if [ "$rc" -ne 0 ]; then
+        failed=1; summary+=("$label: FAILED (${counts:-exit $rc})")
+    else
+        summary+=("$label: ok ($counts)")
+    fi
+}
+
 run_pass() {
     local name=$1 dir=$2; shift 2
     echo "== [$name] build ($dir)"
-    cmake -S . -B "$dir" "$@" >/dev/null
+    # TTLG_TESTS=ON whatever an earlier configure of $dir said (the README's
+    # run command configures build/ without the unit tests).
+    cmake -S . -B "$dir" -DTTLG_TESTS=ON "$@" >/dev/null
     cmake --build "$dir" -j "$jobs" >/dev/null
     echo "== [$name] unit tests"
-    if ! ctest --test-dir "$dir" --output-on-failure; then failed=1; summary+=("$name unit: FAILED"); else summary+=("$name unit: ok"); fi
+    step "$name unit" ctest ctest --test-dir "$dir" --output-on-failure --no-tests=error
     echo "== [$name] integration tests"
-    if ! TTLG_BIN="$PWD/$dir/ttlguard" /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"; then
-        failed=1; summary+=("$name integration: FAILED")
-    else
-        summary+=("$name integration: ok")
-    fi
+    step "$name integration" pytest env TTLG_BIN="$PWD/$dir/ttlguard" \
+        /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"
 }
 
 # The integration tests again, under a label, with environment settings:
@@ -82,12 +119,8 @@ run_integration() {
     local name=$1 dir=$2 label=$3
     shift 3
     echo "== [$name] integration tests, $label"
-    if ! env "$@" TTLG_BIN="$PWD/$dir/ttlguard" \
-            /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"; then
-        failed=1; summary+=("$name integration ($label): FAILED")
-    else
-        summary+=("$name integration ($label): ok")
-    fi
+    step "$name integration ($label)" pytest env "$@" TTLG_BIN="$PWD/$dir/ttlguard" \
+        /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"
 }
 
 run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -96,26 +129,25 @@ run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_integration release build 1:1 TTLG_PROXY_CONF=multiplex=off TTLG_DIFFFUZZ_SECONDS=10
 # servers.sh prints "NAME VERSION PATH" per server it has; a server it cannot
 # fetch or build makes it exit 1, and the run fails (the others still run).
-echo "== [servers] tests/servers.sh redis-8.0 valkey-8.1 valkey-9.1"
+other_servers=(redis-8.0 redis-8.6 valkey-8.1 valkey-9.1)
+echo "== [servers] tests/servers.sh ${other_servers[*]}"
 servers_rc=0
-servers=$(bash tests/servers.sh redis-8.0 valkey-8.1 valkey-9.1) || servers_rc=$?
+servers=$(bash tests/servers.sh "${other_servers[@]}") || servers_rc=$?
 mapfile -t server_lines < <(grep . <<<"$servers" || true)
 for line in "${server_lines[@]}"; do
     read -r server version path <<<"$line"
     run_integration release build "$server $version" TTLG_REDIS_SERVER="$path" TTLG_DIFFFUZZ_SECONDS=10
 done
-if [ "$servers_rc" -ne 0 ] || [ "${#server_lines[@]}" -ne 3 ]; then
+if [ "$servers_rc" -ne 0 ] || [ "${#server_lines[@]}" -ne "${#other_servers[@]}" ]; then
     echo "== [servers] tests/servers.sh failed (exit $servers_rc): not every server could be fetched or built" >&2
-    failed=1; summary+=("servers (tests/servers.sh): FAILED (exit $servers_rc), ${#server_lines[@]} of 3 servers tested")
+    failed=1
+    summary+=("servers (tests/servers.sh): FAILED (exit $servers_rc), ${#server_lines[@]} of ${#other_servers[@]} servers tested")
 fi
 if [ "$suite" -eq 1 ]; then
     for mode in ttlguard mux; do
         echo "== [redis suite] Redis's own tests through ttlguard, mode $mode"
-        if TTLG_BIN="$PWD/build/ttlguard" bash tests/redis-suite/run.sh --mode "$mode"; then
-            summary+=("redis suite ($mode): ok")
-        else
-            failed=1; summary+=("redis suite ($mode): FAILED")
-        fi
+        step "redis suite ($mode)" plain env TTLG_BIN="$PWD/build/ttlguard" \
+            bash tests/redis-suite/run.sh --mode "$mode"
     done
 fi
 # The deployment kit (docker/k8s-sidecar.yaml, config/ttlguard.service,
@@ -126,11 +158,7 @@ fi
 # standalone and cluster, each with its own connect sequence, compared with
 # the same script straight against Redis: tests/clients/run.sh.
 echo "== [clients] tests/clients/run.sh"
-if TTLG_BIN="$PWD/build/ttlguard" bash tests/clients/run.sh; then
-    summary+=("client libraries: ok")
-else
-    failed=1; summary+=("client libraries: FAILED")
-fi
+step "client libraries" plain env TTLG_BIN="$PWD/build/ttlguard" bash tests/clients/run.sh
 # Faults and load at once (tests/chaos/chaos.py): the backend killed, paused,
 # dropping clients, out of memory, clients vanishing mid-request, with
 # redis-benchmark and checking clients through ttlguard, 30 s per connection
@@ -143,11 +171,7 @@ else
     failed=1; summary+=("chaos: FAILED")
 fi
 echo "== [deploy] tests/deploy/run.sh"
-if TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run.sh; then
-    summary+=("deploy kit: ok")
-else
-    failed=1; summary+=("deploy kit: FAILED")
-fi
+step "deploy kit" plain env TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run.sh
 # The libFuzzer harnesses (tests/fuzz/, built with clang): each replays its
 # seed corpus (tests/fuzz/corpus/NAME) and fuzzes for 10 s, so a harness that
 # no longer builds or a seed that crashes fails the run. The long campaigns
