@@ -16,13 +16,19 @@
 # Commands: SET, GETSET, INCR, LPUSH, HSET, SADD, ZADD (-P 16) and MSET of 10 keys,
 # each with redis-benchmark -c 50 -r 100000 on keys under rewrite rules; every
 # measurement starts on an empty Redis with CONFIG RESETSTAT. Markdown to stdout.
+# On Redis 8.4 and later (REDIS_SERVER), two rows more: SET ... IFNE judged by
+# the table, and the same through a second ttlguard whose table is held back to
+# Redis 8.0.6 (TTLG_TABLE_VERIFIED), which cannot judge IFNE and protects the key
+# with the generic form (MULTI; cmd; EXPIRE key ttl NX; EXEC).
 #
 # A second table weighs the atomic forms a rewritten SET could take (issue 16's
 # candidates) by what Redis spends on them in all, I/O and parsing included: its
 # process CPU time (utime + stime) per request while redis-cli --pipe feeds it the
 # same requests in each form, on existing keys: plain SET, ttlguard's MULTI form,
 # one MULTI around 16 requests, EVAL, EVALSHA, FCALL of a library function, and the
-# two commands without MULTI (not atomic: the floor of any form that sends both).
+# two commands without MULTI (not atomic: the floor of any form that sends both),
+# and the generic form that protects a write the table cannot judge (the command
+# as sent, MULTI; SET k v; EXPIRE k ttl NX; EXEC).
 #
 set -euo pipefail
 
@@ -59,6 +65,18 @@ wait_ping redis-server "$REDIS_PID" "$REDIS_PORT"
 start_bg "$WORK/ttlguard.log" "$WORK/ttlguard" --config "$WORK/rewrite.ini"
 wait_ping ttlguard "$PID_LAST" "$TTLG_PORT"
 
+# Redis 8.4+: a second ttlguard whose table is held back to 8.0.6, for the
+# generic form of a write it cannot judge (SET ... IFNE).
+read -r SRV_MAJOR SRV_MINOR < <("$REDIS_SERVER" --version |
+    sed -n 's/^Redis server v=\([0-9]*\)\.\([0-9]*\).*/\1 \2/p') || true
+HELD_PORT=""
+if [[ -n ${SRV_MAJOR:-} ]] && ((SRV_MAJOR > 8 || (SRV_MAJOR == 8 && SRV_MINOR >= 4))); then
+    free_port HELD_PORT
+    sed "s/^listen = .*/listen = 127.0.0.1:$HELD_PORT/" "$WORK/rewrite.ini" >"$WORK/held.ini"
+    TTLG_TABLE_VERIFIED=redis:8.0.6 start_bg "$WORK/held.log" "$WORK/ttlguard" --config "$WORK/held.ini"
+    wait_ping ttlguard "$PID_LAST" "$HELD_PORT"
+fi
+
 # usec_per_request PORT ARGS...: Redis's microseconds per client request (top-level
 # commands: MULTI + EXEC, or EVAL, whose time includes what they run), and the
 # commands it ran ("multi:1.00 set:1.00 ..." per request).
@@ -86,16 +104,26 @@ usec_per_request() {
         }'
 }
 
+# row LABEL PORT FORM ARGS...: one row of the table, through the ttlguard on
+# PORT (FORM "table": the MULTI form or the script, as Redis's counts show).
+row() {
+    local label=$1 port=$2 form=$3 plain rewr calls
+    shift 3
+    read -r plain _ <<<"$(usec_per_request "$REDIS_PORT" "$@")"
+    read -r rewr calls <<<"$(usec_per_request "$port" "$@")"
+    if [[ $form == table ]]; then
+        form="MULTI form"
+        [[ $calls == *eval* ]] && form="script (EVAL)"
+    fi
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "$form" "$plain" "$rewr" \
+        "$(ratio "$rewr" "$plain")" "$(tr ' ' '\n' <<<"$calls" | sort | paste -sd' ')"
+}
+
 echo "| command | form through ttlguard | Redis µs/request, plain | Redis µs/request, rewritten | ratio | commands Redis ran per request (rewritten) |"
 echo "|---|---|---:|---:|---:|---|"
 while IFS='|' read -r label args; do
     read -r -a argv <<<"$args"
-    read -r plain _ <<<"$(usec_per_request "$REDIS_PORT" "${argv[@]}")"
-    read -r rewr calls <<<"$(usec_per_request "$TTLG_PORT" "${argv[@]}")"
-    form="MULTI form"
-    [[ $calls == *eval* ]] && form="script (EVAL)"
-    printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "$form" "$plain" "$rewr" \
-        "$(ratio "$rewr" "$plain")" "$(tr ' ' '\n' <<<"$calls" | sort | paste -sd' ')"
+    row "$label" "$TTLG_PORT" table "${argv[@]}"
 done <<'EOF'
 SET|-t set
 GETSET|GETSET key:__rand_int__ v
@@ -106,6 +134,11 @@ SADD|SADD myset m:__rand_int__
 ZADD|ZADD myzset __rand_int__ m:__rand_int__
 MSET (10 keys)|-t mset
 EOF
+if [[ -n $HELD_PORT ]]; then
+    row "SET … IFNE" "$TTLG_PORT" table SET key:__rand_int__ v IFNE x
+    row "SET … IFNE, table held back to 8.0.6" "$HELD_PORT" \
+        "generic form (not judged)" SET key:__rand_int__ v IFNE x
+fi
 echo
 echo "Setup: redis-benchmark -c 50 -r 100000 -P 16, $REQUESTS requests per row and target;" \
     "Redis's INFO commandstats (usec of the top-level commands per client request: MULTI" \
@@ -142,6 +175,10 @@ form_file() {
                 } else if (form == "eval") cmd("EVAL\t" script "\t1\t" key "\txxx\t3600")
                 else if (form == "evalsha") cmd("EVALSHA\t" sha "\t1\t" key "\txxx\t3600")
                 else if (form == "fcall") cmd("FCALL\tttlg_set\t1\t" key "\txxx\t3600")
+                else if (form == "generic") {
+                    cmd("MULTI"); cmd("SET\t" key "\txxx")
+                    cmd("EXPIRE\t" key "\t3600\tNX"); cmd("EXEC")
+                }
             }
         }' >"$WORK/$1.resp"
 }
@@ -165,7 +202,7 @@ HZ=$(getconf CLK_TCK)
 echo
 echo "| form of a rewritten SET | atomic | Redis CPU µs/request | vs plain SET |"
 echo "|---|---|---:|---:|"
-for form in plain multi multi16 pair eval evalsha fcall; do form_file "$form"; done
+for form in plain multi multi16 pair eval evalsha fcall generic; do form_file "$form"; done
 base=$(form_usec plain)
 while IFS='|' read -r form atomic label; do
     u=$(form_usec "$form")
@@ -178,6 +215,7 @@ pair|no|`SET k v KEEPTTL; EXPIRE k ttl NX` without `MULTI`
 eval|yes|`EVAL <script> 1 k v ttl` (the script runs both)
 evalsha|yes|`EVALSHA <sha> 1 k v ttl`
 fcall|yes|`FCALL ttlg_set 1 k v ttl` (a library function)
+generic|yes|`MULTI; SET k v; EXPIRE k ttl NX; EXEC` (the generic form: a write the table cannot judge)
 EOF
 echo
 echo "Setup: $REQUESTS requests per form on 100,000 existing keys, sent by redis-cli --pipe;" \
