@@ -27,7 +27,7 @@
  * noscript cannot run in one at all: those run as sent and are followed by a
  * FIX_LUA call in the same pipeline (its reply is swallowed by the session).
  * That closes the gap as soon as Redis executes the next command of this
- * connection, but is not atomic; README "Limits" says so.
+ * connection, but is not atomic; docs/reliability.md, "Limits", says so.
  */
 #include <stdarg.h>
 #include <stdio.h>

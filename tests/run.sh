@@ -175,7 +175,7 @@ step "deploy kit" plain env TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run
 # The libFuzzer harnesses (tests/fuzz/, built with clang): each replays its
 # seed corpus (tests/fuzz/corpus/NAME) and fuzzes for 10 s, so a harness that
 # no longer builds or a seed that crashes fails the run. The long campaigns
-# are run by hand (README, "Reliability").
+# are run by hand (docs/reliability.md).
 echo "== [fuzz] tests/fuzz: seed corpora and 10 s each"
 fuzz_ok=1
 if CC=clang cmake -S . -B build-fuzz -DTTLG_FUZZ=ON -DTTLG_TESTS=OFF >/dev/null &&

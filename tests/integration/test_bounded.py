@@ -13,6 +13,7 @@ import resource
 import selectors
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -21,10 +22,18 @@ from harness import Conn, enc, slow, vmrss_kb
 
 # max_buffer = 1mb per direction per session; everything else the proxy
 # holds (code, libuv, allocator slack, the framer's read buffers) is a fixed
-# overhead. ASan keeps freed memory in quarantine and adds shadow memory.
+# overhead. docs/architecture.md ("Bounded") says the RSS stays under 6 MB
+# (5.6 MB measured); asserted with a 2 MB margin. ASan keeps freed memory in
+# quarantine and adds shadow memory: only a loose bound there.
 MAX_BUFFER = "1mb"
-RSS_BOUND_KB = 64 * 1024
+RSS_BOUND_KB = 8 * 1024
 RSS_BOUND_SANITIZED_KB = 128 * 1024
+# "About 3.0 KB of proxy memory per idle connection" (docs/architecture.md),
+# asserted with a third more.
+IDLE_CONN_BOUND_BYTES = 4096
+# docs/reliability.md, "Large requests": a request is buffered whole, up to
+# about three times its size while it passes.
+LARGE_VALUE_FACTOR = 3
 
 
 def _bound_kb():
@@ -191,23 +200,35 @@ def test_slow_monitor_reader(bounded, redis_srv):
 # many idle clients
 # --------------------------------------------------------------------------
 
-def _raise_nofile():
-    """Soft RLIMIT_NOFILE to the hard limit (the test process and, through
-    inheritance, redis-server and ttlguard started after it)."""
+def _raise_nofile(want):
+    """RLIMIT_NOFILE to at least `want` when allowed (root may raise the hard
+    limit; others the soft one up to it), for the test process and, through
+    inheritance, redis-server and ttlguard started after it. Returns the old
+    (soft, hard) and the soft limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return soft, hard
+    new_hard = hard
+    if hard != resource.RLIM_INFINITY and hard < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+            new_hard = want
+        except (ValueError, OSError):
+            pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (new_hard, new_hard))
+    return (soft, hard), new_hard
 
 
 def test_10000_idle_clients(make_redis, make_proxy):
-    old_soft, hard = _raise_nofile()
+    # The proxy holds two descriptors per client (client + backend), and the
+    # test process one: a handful more for the listeners, the loop and stdio.
+    old, limit = _raise_nofile(2 * 10000 + 64)
     try:
-        # The proxy holds two descriptors per client (client + backend);
-        # a handful more for the listener, the loop and stdio.
-        n = min(10000, (hard - 64) // 2)
-        if n < 10000:
-            print("RLIMIT_NOFILE hard limit %d allows only %d proxied clients (2 fds each); "
-                  "testing %d" % (hard, n, n))
+        n = min(10000, (limit - 64) // 2)
+        if n < 1000:
+            pytest.skip("RLIMIT_NOFILE hard limit %d leaves room for %d proxied clients "
+                        "(2 descriptors each); raising it needs CAP_SYS_RESOURCE" % (limit, n))
+        if n < 10000:       # this machine: hard limit 20,000, even for root
+            warnings.warn("RLIMIT_NOFILE hard limit %d: %d idle clients, not 10,000 "
+                          "(2 descriptors each)" % (limit, n))
         # A backlog that holds the burst: with Redis's default of 511 a busy
         # machine drops SYNs, and a connect retried after 1 s and 3 s can
         # miss the default 3 s connect_timeout (seen once in CI).
@@ -250,6 +271,8 @@ def test_10000_idle_clients(make_redis, make_proxy):
             print("\n%d idle clients: connect %.1fs, all PONG %.1fs; ttlguard VmRSS %d kB -> "
                   "%d kB = %.0f bytes per idle connection (client + backend side)"
                   % (n, t_conn, t_all, before, after, per_conn))
+            if not harness.SANITIZED:
+                assert per_conn < IDLE_CONN_BOUND_BYTES, per_conn
             # A new client is still served at once.
             with Conn(p.port) as late:
                 assert late.cmd("PING") == b"PONG"
@@ -260,7 +283,7 @@ def test_10000_idle_clients(make_redis, make_proxy):
         # All backend connections go away with their clients.
         harness.wait_for(lambda: _connected(redis.port) < 10, 20, "backend conns to close")
     finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (old_soft, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
 
 
 def _connected(port):
@@ -295,11 +318,12 @@ def test_max_clients(redis_srv, make_proxy):
 @pytest.mark.timeout(300)
 def test_large_value_with_small_max_buffer(bounded):
     """One request (and one reply) far larger than max_buffer still goes
-    through: the proxy cannot wait for room that never comes. The peak
-    VmRSS is printed; a proxy that streams large bulks stays near the
-    bound, one that buffers whole requests grows by the value's size."""
+    through: the proxy cannot wait for room that never comes. The request
+    is buffered whole (docs/reliability.md, "Large requests"): the RSS grows
+    by less than three times the value while it passes."""
     n = 100 * 1024 * 1024
     value = os.urandom(n)
+    base = vmrss_kb(bounded.pid)
     sampler = RssSampler(bounded.pid)
     with Conn(bounded.port, timeout=60) as c:
         c.send(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n" % n + value + b"\r\n" + enc("PING"))
@@ -310,4 +334,8 @@ def test_large_value_with_small_max_buffer(bounded):
         assert c.read_exact(n, timeout=60) == value
         assert c.read_exact(2) == b"\r\n"
         assert c.reply() == b"PONG"
-    print("100 MB value through max_buffer=%s: VmRSS peak %d kB" % (MAX_BUFFER, sampler.stop()))
+    peak = sampler.stop()
+    print("100 MB value through max_buffer=%s: VmRSS %d kB before, peak %d kB"
+          % (MAX_BUFFER, base, peak))
+    if not harness.SANITIZED:
+        assert peak - base < LARGE_VALUE_FACTOR * n // 1024, (base, peak)

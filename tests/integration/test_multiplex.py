@@ -636,7 +636,7 @@ def test_password_set_after_sharing_started(redis_srv, make_proxy):
             d = direct.cmd("GET", "secret:data")
         assert isinstance(d, RespError) and d.startswith(b"NOAUTH"), d
         # The shared connection asks once a second whether the default user
-        # still needs no password (README, "Shared backend connection").
+        # still needs no password (docs/architecture.md, "Shared backend connections").
         deadline = time.monotonic() + 3
         while True:
             with Conn(proxy.port) as c:
