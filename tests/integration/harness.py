@@ -356,7 +356,11 @@ class Conn:
             out += data
 
     def assert_silent(self, seconds):
-        """Nothing arrives for `seconds` (and the connection stays open)."""
+        """Nothing arrives for `seconds`, scaled like every time limit here
+        (slow()), and the connection stays open. A reply that comes later
+        still is caught by the caller: every test reads and checks the next
+        reply on the connection after it."""
+        seconds = slow(seconds)
         assert self.reader.pending() == 0, "unexpected buffered bytes %r" % bytes(
             self.reader.buf[self.reader.pos:])
         self.sock.settimeout(seconds)
@@ -615,6 +619,30 @@ def server_bin_identity():
         _identity_cache[SERVER_BIN] = (m.group(1).lower(),
                                        tuple(int(m.group(i)) for i in (2, 3, 4)))
     return _identity_cache[SERVER_BIN]
+
+
+def wait_blocked(port, cmd, timeout=5):
+    """Until a client of the server on port is blocked in cmd (CLIENT LIST:
+    cmd=blpop, flags with b): the condition a test that sent it waits for."""
+    def blocked():
+        return any(c.get("cmd") == cmd and "b" in c.get("flags", "")
+                   for c in client_list(port))
+    wait_for(blocked, timeout, "a client blocked in %s on %d" % (cmd.upper(), port))
+
+
+def wait_busy(port, timeout=5):
+    """Until the server on port is busy running a command that holds it
+    (DEBUG SLEEP, a long script): a PING on a new connection gets no answer
+    within 50 ms. The PING is answered when the server is free again."""
+    def busy():
+        with Conn(port, timeout=slow(5)) as c:
+            c.send(enc("PING"))
+            try:
+                c.reply(timeout=0.05)
+                return False
+            except TimeoutError:
+                return True
+    wait_for(busy, timeout, "the server on %d to be busy" % port)
 
 
 def client_list(port):

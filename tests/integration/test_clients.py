@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import harness
 from harness import Conn, RespReader, enc, server_identity
 
 
@@ -416,7 +417,7 @@ def test_blocked_pipeline_keeps_order(ep):
     """Commands pipelined behind a blocked BLPOP are answered after it."""
     with ep.conn() as c, ep.conn() as other:
         c.send(enc("BLPOP", "q", 0) + enc("PING") + enc("GET", "x"))
-        time.sleep(0.5)
+        harness.wait_blocked(ep.redis.port, "blpop")
         c.assert_silent(0.2)
         other.cmd("RPUSH", "q", "1")
         assert c.replies(3) == [[b"q", b"1"], b"PONG", None]
@@ -426,7 +427,7 @@ def test_client_unblock(ep):
     with ep.conn() as c, ep.conn() as other:
         cid = c.cmd("CLIENT", "ID")
         c.send(enc("BLPOP", "q", 0))
-        time.sleep(0.2)
+        harness.wait_blocked(ep.redis.port, "blpop")
         assert other.cmd("CLIENT", "UNBLOCK", cid, "ERROR") == 1
         assert c.reply() == b"UNBLOCKED client unblocked via CLIENT UNBLOCK"
 

@@ -120,7 +120,7 @@ def test_backend_kills_blocked_session(ep):
     with ep.conn() as victim:
         vid = victim.cmd("CLIENT", "ID")
         victim.send(enc("BLPOP", "q", 0))
-        time.sleep(0.2)
+        harness.wait_blocked(ep.redis.port, "blpop")
         with Conn(ep.redis.port) as admin:
             assert admin.cmd("CLIENT", "KILL", "ID", vid) == 1
         assert victim.read_until_eof(timeout=5) == b""
@@ -144,12 +144,14 @@ def test_client_gone_while_blocked(ep):
     c = ep.conn()
     c.cmd("CLIENT", "SETNAME", "blocked-leaver")
     c.send(enc("BLPOP", "q", 0))
-    time.sleep(0.2)
+    harness.wait_blocked(ep.redis.port, "blpop")
     c.close()
     wait_for(lambda: "blocked-leaver" not in _names(ep.redis.port), 5, "backend conn to go")
     with ep.conn() as other:
+        # Redis serves a blocked client in the same event-loop turn as the
+        # push, before it answers anything else: a connection left behind
+        # would have popped the element by the time LLEN runs.
         assert other.cmd("LPUSH", "q", "v") == 1
-        time.sleep(0.2)
         assert other.cmd("LLEN", "q") == 1
 
 
@@ -181,9 +183,9 @@ def test_signal_with_request_in_flight(redis_srv, make_proxy, sig):
     with Conn(p.port) as slow_c, Conn(p.port) as idle:
         assert idle.cmd("PING") == b"PONG"
         slow_c.send(enc("DEBUG", "SLEEP", "1") + enc("PING"))
-        time.sleep(0.2)
+        harness.wait_busy(redis_srv.port)
         p.send_signal(sig)
-        time.sleep(0.2)
+        wait_for(lambda: _refused(p.port), 5, "the listener to close")
         # The listener is closed: new connections are refused or closed
         # without being served.
         try:
@@ -197,6 +199,14 @@ def test_signal_with_request_in_flight(redis_srv, make_proxy, sig):
         assert slow_c.read_until_eof(timeout=10) == b""
         assert idle.read_until_eof(timeout=10) == b""
     assert p.stop(sig=None, timeout=10) == 0
+
+
+def _refused(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return False
+    except ConnectionRefusedError:
+        return True
 
 
 def test_sigterm_idle_clients_exit_fast(redis_srv, make_proxy):
@@ -219,7 +229,7 @@ def test_sigterm_blocked_client_bounded_wait(redis_srv, make_proxy):
     p = make_proxy(redis_srv)
     with Conn(p.port, timeout=30) as c:
         c.send(enc("BLPOP", "q", 0))
-        time.sleep(0.2)
+        harness.wait_blocked(redis_srv.port, "blpop")
         t0 = time.monotonic()
         assert p.stop(timeout=30) == 0
         took = time.monotonic() - t0

@@ -294,7 +294,7 @@ def test_healthz_times_out_on_a_stuck_backend(redis_srv, make_proxy):
     time.sleep(1.1)                                   # let a cached result expire
     sleeper = threading.Thread(target=lambda: Conn(redis_srv.port, timeout=10).cmd("DEBUG", "SLEEP", "3"))
     sleeper.start()
-    time.sleep(0.2)
+    harness.wait_busy(redis_srv.port)
     t0 = time.monotonic()
     status, body = health(admin)
     took = time.monotonic() - t0

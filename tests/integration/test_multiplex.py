@@ -32,6 +32,7 @@ import time
 
 import pytest
 
+import harness
 from harness import Conn, RespError, client_list, enc, server_identity, slow, wait_for
 
 MUX = {"multiplex": "on"}
@@ -1070,7 +1071,7 @@ def test_redis_not_reading_pauses_then_resumes_writers(redis_srv, make_proxy):
     sleeper = ctl(redis_srv)
     try:
         sleeper.send(enc("DEBUG", "SLEEP", "1"))
-        time.sleep(0.1)
+        harness.wait_busy(redis_srv.port)
 
         def writer(i):
             def run():
@@ -1102,7 +1103,7 @@ def test_sigterm_with_shared_and_pinned_clients(redis_srv, make_proxy):
         assert shared.cmd("PING") == b"PONG"
         assert pinned.cmd("CLIENT", "SETNAME", "pinned") == b"OK"
         busy.send(enc("DEBUG", "SLEEP", "0.3") + enc("ECHO", "done"))
-        time.sleep(0.05)
+        harness.wait_busy(redis_srv.port)
         proxy.send_signal(signal.SIGTERM)
         assert busy.read_until_eof(timeout=5) == b"+OK\r\n$4\r\ndone\r\n"
         assert shared.read_until_eof(timeout=5) == b""
@@ -1126,7 +1127,7 @@ def test_sigterm_after_client_left_with_reply_owed(redis_srv, make_proxy, how):
     proxy = start(make_proxy, redis_srv)
     c = Shared(proxy.port)
     c.send(enc("DEBUG", "SLEEP", "0.5") + enc("GET", "k"))
-    time.sleep(0.1)
+    harness.wait_busy(redis_srv.port)
     if how == "reset":
         reset_close(c)
     else:
