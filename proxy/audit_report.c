@@ -809,19 +809,16 @@ void arep_print_text(FILE *f, const struct arep *a, int exit_status)
 
 /* ---- JSON output ------------------------------------------------------ */
 
+/* Bytes as a JSON string in the event log's byte-exact encoding
+ * (docs/events.md, Strings): the one escaper of the tree, so that invalid
+ * UTF-8 in a key, a pattern or a name is escaped here too, and Python gets
+ * the bytes back with surrogateescape. */
 static void json_str(FILE *f, const char *s, size_t len)
 {
-    fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
+    struct evbuf b = { 0 };
+    evbuf_json_str(&b, s, len);
+    fwrite(b.p, 1, b.len, f);
+    free(b.p);
 }
 
 static void json_cstr(FILE *f, const char *s)
@@ -830,17 +827,6 @@ static void json_cstr(FILE *f, const char *s)
         fputs("null", f);
     else
         json_str(f, s, strlen(s));
-}
-
-/* Key or prefix bytes as a JSON string in the event log's byte-exact
- * encoding (docs/events.md, Strings): one convention for machines across
- * the tree, and Python gets the bytes back with surrogateescape. */
-static void json_key(FILE *f, const char *key, size_t len)
-{
-    struct evbuf b = { 0 };
-    evbuf_json_str(&b, key, len);
-    fwrite(b.p, 1, b.len, f);
-    free(b.p);
 }
 
 static void json_tally(FILE *f, const struct arep *a, const struct arep_tally *t)
@@ -865,7 +851,7 @@ static void json_tally(FILE *f, const struct arep *a, const struct arep_tally *t
     for (int e = 0; e < t->nex; e++) {
         if (e)
             fputc(',', f);
-        json_key(f, t->ex[e].key, t->ex[e].len);
+        json_str(f, t->ex[e].key, t->ex[e].len);
     }
     fputs("]}", f);
 }
@@ -890,7 +876,7 @@ static void json_patterns(FILE *f, const struct arep *a, int which)
         fputs(",\"rule\":", f);
         json_cstr(f, v[i]->rule->label);
         fputs(",\"example\":", f);
-        json_key(f, v[i]->ex.key, v[i]->ex.len);
+        json_str(f, v[i]->ex.key, v[i]->ex.len);
         fputc('}', f);
     }
     fputs("]}", f);
@@ -924,7 +910,7 @@ static void json_rules(FILE *f, const struct arep *a)
         if (r->kind == RULE_DEFAULT)
             fputs("null", f);
         else
-            json_key(f, r->prefix, r->prefix_len);
+            json_str(f, r->prefix, r->prefix_len);
         fprintf(f, ",\"action\":\"%s\",\"ttl\":%lld,\"wants_ttl\":%s,\"no_ttl\":",
                 rule_action_name(r->action), r->ttl, rule_wants_ttl(r) ? "true" : "false");
         json_tally(f, a, &a->rules[i].no_ttl);

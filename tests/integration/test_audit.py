@@ -299,6 +299,22 @@ def test_known_mix_exact_counts(mixdb):
     assert rep["fix"]["mode"] == "off"
 
 
+def test_json_examples_of_invalid_utf8_keys(server, tmp_path):
+    """Keys are bytes: a leaked key that is not UTF-8 is an example in
+    --json as in the event log (docs/events.md, Strings), and the report
+    stays valid JSON."""
+    port, _ = server
+    r = client(port, 11)
+    r.flushdb()
+    keys = {b"session:\xff\xfe", b"session:\xc3(", b"session:ok\xe2\x82"}
+    for k in keys:
+        r.set(k, b"v")
+    rc, rep = run_json(write_config(tmp_path, port), "--db", "11")
+    assert rc == 1
+    assert {raw(k) for k in rep["groups"]["leaked"]["examples"]} == keys
+    r.flushdb()
+
+
 def test_text_report_is_aligned_and_escaped(mixdb):
     port, db, conf = mixdb
     rc, out, _ = run_audit(conf, "--db", str(db))
