@@ -722,7 +722,7 @@ static void event_fix(FILE *f, struct evbuf *b, const struct config *cfg,
     snprintf(ts + n, sizeof ts - n, ".%03uZ", (unsigned)(ms % 1000));
 
     b->len = 0;
-    evbuf_printf(b, "{\"ts\":\"%s\",\"event\":\"audit_fix\",\"rule\":", ts);
+    evbuf_printf(b, "{\"ts\":\"%s\",\"event\":\"%s\",\"rule\":", ts, event_name(EVN_AUDIT_FIX));
     evbuf_json_str(b, r->label, strlen(r->label));
     evbuf_adds(b, ",\"prefix\":");
     evbuf_json_str(b, r->prefix, r->prefix_len);

@@ -59,9 +59,26 @@
 
 enum ev_kind { EK_VIOLATION, EK_DURABLE_WRITE, EK_TTL_ON_DURABLE, EK_UNVERIFIED };
 
-static const char *const kind_event[] = {
-    "violation", "durable_write", "ttl_on_durable", "unverified",
+static const enum event_name kind_event[] = {
+    EVN_VIOLATION, EVN_DURABLE_WRITE, EVN_TTL_ON_DURABLE, EVN_UNVERIFIED,
 };
+
+#define EVN_TEXT(id, name) [id] = name,
+static const char *const event_names[EVN__COUNT] = { EVENT_NAMES(EVN_TEXT) };
+#undef EVN_TEXT
+
+const char *event_name(enum event_name e)
+{
+    return e < EVN__COUNT ? event_names[e] : "?";
+}
+
+int event_name_lookup(struct slice s)
+{
+    for (int i = 0; i < EVN__COUNT; i++)
+        if (slice_eq_nocase(s, event_names[i]))
+            return i;
+    return -1;
+}
 
 #define NO_RULE UINT32_MAX
 
@@ -481,12 +498,12 @@ static void ts_append(struct evbuf *b)
 }
 
 /* Start a line in out[cur]: {"ts":"...","event":"NAME" */
-static struct evbuf *line_begin(const char *event)
+static struct evbuf *line_begin(enum event_name event)
 {
     struct evbuf *b = &ev.w.out[ev.w.cur];
     ev.line_start = b->len;
     ts_append(b);
-    evbuf_printf(b, ",\"event\":\"%s\"", event);
+    evbuf_printf(b, ",\"event\":\"%s\"", event_name(event));
     return b;
 }
 
@@ -1156,8 +1173,8 @@ void events_unverified(struct slice cmd, const char *detail, const struct ev_cli
 static void log_opened_line(struct evbuf *b)
 {
     ts_append(b);
-    evbuf_printf(b, ",\"event\":\"log_opened\",\"version\":\"%s\",\"pid\":%d,\"log_keys\":\"%s\"",
-                 TTLG_VERSION, (int)getpid(), log_keys_name(ev.log_keys));
+    evbuf_printf(b, ",\"event\":\"%s\",\"version\":\"%s\",\"pid\":%d,\"log_keys\":\"%s\"",
+                 event_name(EVN_LOG_OPENED), TTLG_VERSION, (int)getpid(), log_keys_name(ev.log_keys));
     if (ev.log_keys == LOG_KEYS_HASH)
         evbuf_printf(b, ",\"hash_id\":\"%s\"", ev.hash_id);
     json_member_u64(b, "event_window", ev.window_ms / 1000);
@@ -1171,7 +1188,7 @@ static void registrations(void)
     const struct ruleset *rs = &ev.cfg->rules;
     for (size_t i = 0; i <= rs->n; i++) {
         const struct rule *r = i < rs->n ? &rs->v[i] : &rs->dflt;
-        struct evbuf *b = line_begin("registration");
+        struct evbuf *b = line_begin(EVN_REGISTRATION);
         evbuf_add(b, ",", 1);
         events_rule_json(b, r);
         line_end(b);
@@ -1236,7 +1253,7 @@ void events_reconfigure(const struct config *cfg)
 
     if (cfg->events == NULL && ev.on) {
         /* The last line of the log says why it ends. */
-        struct evbuf *b = line_begin("config_reloaded");
+        struct evbuf *b = line_begin(EVN_CONFIG_RELOADED);
         json_member_str(b, "config", cfg->path ? cfg->path : "");
         evbuf_adds(b, ",\"events\":null");
         line_end(b);
@@ -1246,7 +1263,7 @@ void events_reconfigure(const struct config *cfg)
     if (!ev.on)
         return;
     registrations();
-    struct evbuf *b = line_begin("config_reloaded");
+    struct evbuf *b = line_begin(EVN_CONFIG_RELOADED);
     json_member_str(b, "config", cfg->path ? cfg->path : "");
     json_member_u64(b, "rules", cfg->rules.n + 1);
     line_end(b);
@@ -1257,7 +1274,7 @@ void events_config_rejected(const char *path, const char *reason)
     ev.counters.config_rejected++;
     if (!ev.on)
         return;
-    struct evbuf *b = line_begin("config_rejected");
+    struct evbuf *b = line_begin(EVN_CONFIG_REJECTED);
     json_member_str(b, "config", path ? path : "");
     json_member_str(b, "reason", reason);
     line_end(b);
@@ -1267,7 +1284,7 @@ void events_watch_gap(uint64_t gap_ms, uint64_t missed)
 {
     if (!ev.on)
         return;
-    struct evbuf *b = line_begin("watch_gap");
+    struct evbuf *b = line_begin(EVN_WATCH_GAP);
     json_member_u64(b, "gap_ms", gap_ms);
     json_member_u64(b, "missed_checks", missed);
     json_member_str(b, "message", "keyspace notifications were not received for gap_ms: keys "
@@ -1312,7 +1329,7 @@ void events_backend_policy(const struct config *cfg, const char *policy, const c
         log_info("backend: %s", msg.p);
 
     if (ev.on) {
-        struct evbuf *b = line_begin("backend_policy");
+        struct evbuf *b = line_begin(EVN_BACKEND_POLICY);
         if (policy != NULL)
             json_member_str(b, "policy", policy);
         else
@@ -1360,7 +1377,7 @@ void events_backend_server(const struct config *cfg, const struct command_set *s
     log_info("backend: %s, %d commands from the table, %d derived from its key specs%s%s",
              name, table, derived, msg.p[0] ? ": " : "", msg.p);
     if (ev.on) {
-        struct evbuf *b = line_begin("backend_server");
+        struct evbuf *b = line_begin(EVN_BACKEND_SERVER);
         json_member_str(b, "server", id->kind == SRV_VALKEY ? "valkey" : "redis");
         json_member_str(b, "version", strchr(name, ' ') + 1);
         json_member_str(b, "source", from_backend ? "backend" : "assumed");

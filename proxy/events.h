@@ -154,6 +154,31 @@ const char *ev_action_name(enum ev_action a);
 
 /* ---- JSON, shared with the admin endpoint (/rules) and `ttlguard report` ---- */
 
+/* Every event the log has, by name (docs/events.md): written by this module
+ * (audit_fix by `ttlguard audit`), read back by `ttlguard report`, from this
+ * one table. */
+#define EVENT_NAMES(X) \
+    X(EVN_LOG_OPENED, "log_opened") \
+    X(EVN_REGISTRATION, "registration") \
+    X(EVN_VIOLATION, "violation") \
+    X(EVN_DURABLE_WRITE, "durable_write") \
+    X(EVN_TTL_ON_DURABLE, "ttl_on_durable") \
+    X(EVN_UNVERIFIED, "unverified") \
+    X(EVN_WATCH_GAP, "watch_gap") \
+    X(EVN_BACKEND_SERVER, "backend_server") \
+    X(EVN_BACKEND_POLICY, "backend_policy") \
+    X(EVN_CONFIG_RELOADED, "config_reloaded") \
+    X(EVN_CONFIG_REJECTED, "config_rejected") \
+    X(EVN_AUDIT_FIX, "audit_fix")
+
+#define EVN_ENUM(id, name) id,
+enum event_name { EVENT_NAMES(EVN_ENUM) EVN__COUNT };
+#undef EVN_ENUM
+
+const char *event_name(enum event_name e);
+/* The event called s (case-insensitive), or -1 for a name the log does not have. */
+int event_name_lookup(struct slice s);
+
 /* A growable byte buffer. The owner frees p. */
 struct evbuf {
     char *p;
