@@ -109,8 +109,7 @@ struct scan {
     int events_close;
     struct evbuf event_line;        /* scratch for one event */
 
-    struct seg q[AUDIT_QUEUE];
-    size_t qhead, qlen;
+    struct ring q;                  /* struct seg, at most AUDIT_QUEUE of them */
     struct batch *free_batches;
     struct abuf out;
     struct seen_set seen;
@@ -128,6 +127,12 @@ struct scan {
     int tty;
     uint64_t progress_at;
 };
+
+/* The i-th segment in flight from the oldest. */
+static struct seg *seg_at(struct scan *s, uint32_t i)
+{
+    return ring_at(&s->q, sizeof(struct seg), i);
+}
 
 /* 1 after the first SIGINT/SIGTERM: send nothing new, read the replies
  * already owed (a few thousand at most) and report. 2 after the second:
@@ -445,7 +450,7 @@ static void reply_unexpected(struct scan *s, const char *what)
     s->reply_bad = 1;
     static const char *names[] = { "SCAN", "PTTL/TYPE", "EXPIRE" };
     snprintf(s->reply_err, sizeof s->reply_err, "unexpected %s in a reply to %s",
-             what, names[s->q[s->qhead].kind]);
+             what, names[seg_at(s, 0)->kind]);
 }
 
 /* Which command of the head KEYS segment the reply being read answers. */
@@ -458,7 +463,7 @@ static int keys_cmd(const struct scan *s, const struct seg *sg, size_t *key)
 static void *on_string(const redisReadTask *task, char *str, size_t len)
 {
     struct scan *s = task_scan(task);
-    struct seg *sg = &s->q[s->qhead];
+    struct seg *sg = seg_at(s, 0);
 
     if (task->type == REDIS_REPLY_ERROR) {
         if (!s->reply_bad) {
@@ -492,7 +497,7 @@ static void *on_string(const redisReadTask *task, char *str, size_t len)
 static void *on_integer(const redisReadTask *task, long long v)
 {
     struct scan *s = task_scan(task);
-    struct seg *sg = &s->q[s->qhead];
+    struct seg *sg = seg_at(s, 0);
     size_t k;
     if (task->parent == NULL && sg->kind == SEG_KEYS) {
         int cmd = keys_cmd(s, sg, &k);
@@ -516,7 +521,7 @@ static void *on_integer(const redisReadTask *task, long long v)
 static void *on_nil(const redisReadTask *task)
 {
     struct scan *s = task_scan(task);
-    struct seg *sg = &s->q[s->qhead];
+    struct seg *sg = seg_at(s, 0);
     size_t k;
     /* MEMORY USAGE of a key that is gone. */
     if (task->parent == NULL && sg->kind == SEG_KEYS && keys_cmd(s, sg, &k) == 2) {
@@ -530,7 +535,7 @@ static void *on_nil(const redisReadTask *task)
 static void *on_array(const redisReadTask *task, int elements)
 {
     struct scan *s = task_scan(task);
-    struct seg *sg = &s->q[s->qhead];
+    struct seg *sg = seg_at(s, 0);
     if (sg->kind == SEG_SCAN) {
         if (task->parent == NULL)
             s->cursor[0] = '\0';       /* a reply without one must not reuse the last */
@@ -555,13 +560,12 @@ static redisReplyObjectFunctions scan_functions = {
 
 static void seg_push(struct scan *s, enum seg_kind kind, struct batch *b, size_t total)
 {
-    ASSERT(s->qlen < AUDIT_QUEUE);
-    struct seg *sg = &s->q[(s->qhead + s->qlen) % AUDIT_QUEUE];
+    ASSERT(s->q.len < AUDIT_QUEUE);
+    struct seg *sg = ring_push(&s->q, sizeof *sg, AUDIT_QUEUE);
     sg->kind = kind;
     sg->b = b;
     sg->total = total;
     sg->done = 0;
-    s->qlen++;
 }
 
 static void append_scan(struct scan *s, const char *cursor)
@@ -809,7 +813,7 @@ static int scan_run(struct scan *s, char *err, size_t errlen)
     if (aconn_send(s->c, s->out.p, s->out.len, err, errlen) == -1)
         return -1;
 
-    while (s->qlen > 0 && audit_interrupted < 2) {
+    while (s->q.len > 0 && audit_interrupted < 2) {
         void *reply;
         s->reply_bad = 0;
         if (aconn_read(s->c, &reply, err, errlen) == -1) {
@@ -817,7 +821,7 @@ static int scan_run(struct scan *s, char *err, size_t errlen)
                 continue;       /* the first signal broke the wait: keep draining */
             return audit_interrupted ? 0 : -1;
         }
-        struct seg *sg = &s->q[s->qhead];
+        struct seg *sg = seg_at(s, 0);
         if (s->reply_bad) {
             if (sg->kind != SEG_FIX) {
                 snprintf(err, errlen, "%s", s->reply_err);
@@ -832,8 +836,7 @@ static int scan_run(struct scan *s, char *err, size_t errlen)
             continue;
 
         struct seg done = *sg;
-        s->qhead = (s->qhead + 1) % AUDIT_QUEUE;
-        s->qlen--;
+        ring_pop(&s->q);
         int rc = 0;
         switch (done.kind) {
         case SEG_SCAN:
@@ -1009,7 +1012,7 @@ static int audit_node(struct scan *s, const char *backend, char *err, size_t err
     progress(s, 1);
     rep->elapsed_ms += now_ms_monotonic() - t0;
     /* A signal after the last reply changes nothing: the report is whole. */
-    rep->interrupted = !(s->walked && s->qlen == 0);
+    rep->interrupted = !(s->walked && s->q.len == 0);
     if (!rep->interrupted) {
         aconn_use_functions(s->c, NULL, NULL);
         if (read_info(s->c, rep, 1, err, errlen) == -1) {
@@ -1185,8 +1188,9 @@ static void scan_free(struct scan *s)
     else if (s->events != NULL)
         fflush(s->events);
     aconn_close(s->c);
-    for (size_t i = 0; i < s->qlen; i++)
-        batch_put(s, s->q[(s->qhead + i) % AUDIT_QUEUE].b);
+    for (uint32_t i = 0; i < s->q.len; i++)
+        batch_put(s, seg_at(s, i)->b);
+    ring_free(&s->q);
     while (s->free_batches != NULL) {
         struct batch *b = s->free_batches;
         s->free_batches = b->next_free;

@@ -63,8 +63,7 @@ struct mux {
     int paused;                     /* clients stopped: too many bytes not yet written */
     int failed;                     /* closing: no new requests */
     int handles;                    /* be and flusher; freed at 0 */
-    struct fifo_entry *fifo;
-    uint32_t fhead, flen, fcap;
+    struct ring fifo;               /* struct fifo_entry: whose reply comes next */
     char *out;                      /* requests not yet written */
     size_t outlen, outcap;
 };
@@ -72,22 +71,16 @@ struct mux {
 static struct mux *mux_list;        /* the open shared connections, one per target (the
                                        backend, or a cluster node) x db x protocol */
 
+static struct fifo_entry *fifo_at(struct mux *m, uint32_t i)
+{
+    return ring_at(&m->fifo, sizeof(struct fifo_entry), i);
+}
+
 static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int n)
 {
-    while (n-- > 0) {
-        if (m->flen == m->fcap) {
-            uint32_t ncap = m->fcap ? m->fcap * 2 : 256;
-            struct fifo_entry *nf = xmalloc(sizeof *nf * ncap);
-            for (uint32_t i = 0; i < m->flen; i++)
-                nf[i] = m->fifo[(m->fhead + i) % m->fcap];
-            free(m->fifo);
-            m->fifo = nf;
-            m->fhead = 0;
-            m->fcap = ncap;
-        }
-        m->fifo[(m->fhead + m->flen) % m->fcap] = (struct fifo_entry){ kind, s };
-        m->flen++;
-    }
+    while (n-- > 0)
+        *(struct fifo_entry *)ring_push(&m->fifo, sizeof(struct fifo_entry), 256) =
+            (struct fifo_entry){ kind, s };
 }
 
 static void out_add(struct mux *m, const char *p, size_t n)
@@ -104,7 +97,7 @@ static void mux_handle_closed(struct mux *m)
 {
     if (--m->handles > 0)
         return;
-    free(m->fifo);
+    ring_free(&m->fifo);
     free(m->out);
     free(m);
 }
@@ -131,13 +124,13 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
     /* Redis going away is worth a warning; our own shutdown or reload is not. */
     log_write(lost || !was_ready ? LOG_WARN : LOG_INFO, "shared backend connection to %s "
               "(db %d, RESP%d): %s", m->be.t->name, m->db, m->resp3 ? 3 : 2, why);
-    for (uint32_t i = 0; i < m->flen; i++) {
-        struct fifo_entry *e = &m->fifo[(m->fhead + i) % m->fcap];
+    for (uint32_t i = 0; i < m->fifo.len; i++) {
+        struct fifo_entry *e = fifo_at(m, i);
         if (e->kind == FE_SESSION)
             session_shared_lost(e->s, was_ready);
         e->kind = FE_GONE;
     }
-    m->flen = 0;
+    m->fifo.len = 0;
     for (struct session *s = m->srv->sessions; s != NULL; s = s->next) {
         if (s->mux != m)
             continue;
@@ -209,7 +202,7 @@ static void mux_ready(struct bconn *b)
 static void mux_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
 {
     struct mux *m = b->owner;
-    struct fifo_entry *e = m->flen ? &m->fifo[m->fhead] : NULL;
+    struct fifo_entry *e = m->fifo.len ? fifo_at(m, 0) : NULL;
     if (e != NULL && e->kind == FE_SESSION)
         session_reply(e->s, p, n, done, type, start);
     /* A push (`DEBUG PROTOCOL push`: pub/sub and tracking pin) goes to the
@@ -217,8 +210,7 @@ static void mux_reply(struct bconn *b, const char *p, size_t n, int done, char t
     if (!done || e == NULL || type == '>')
         return;                     /* e NULL: unsolicited (an error before a close) */
     struct fifo_entry head = *e;
-    m->fhead = (m->fhead + 1) % m->fcap;
-    m->flen--;
+    ring_pop(&m->fifo);
     if (head.kind == FE_SESSION)
         session_settle(head.s);
 }
@@ -329,8 +321,8 @@ void mux_forget(struct session *s)
     struct mux *m = s->mux;
     if (m == NULL || m->failed)
         return;
-    for (uint32_t i = 0; i < m->flen; i++) {
-        struct fifo_entry *e = &m->fifo[(m->fhead + i) % m->fcap];
+    for (uint32_t i = 0; i < m->fifo.len; i++) {
+        struct fifo_entry *e = fifo_at(m, i);
         if (e->kind == FE_SESSION && e->s == s)
             e->kind = FE_GONE;
     }

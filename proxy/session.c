@@ -213,23 +213,12 @@ static void tob_add(struct session *s, const char *p, size_t n, int copy)
 
 struct pending *q_head(struct session *s)
 {
-    return s->qlen ? &s->q[s->qhead] : NULL;
+    return s->q.len ? ring_at(&s->q, sizeof(struct pending), 0) : NULL;
 }
 
 static struct pending *q_push(struct session *s)
 {
-    if (s->qlen == s->qcap) {
-        uint32_t ncap = s->qcap ? s->qcap * 2 : 16;
-        struct pending *nq = xmalloc(sizeof *nq * ncap);
-        for (uint32_t i = 0; i < s->qlen; i++)
-            nq[i] = s->q[(s->qhead + i) % s->qcap];
-        free(s->q);
-        s->q = nq;
-        s->qhead = 0;
-        s->qcap = ncap;
-    }
-    struct pending *p = &s->q[(s->qhead + s->qlen) % s->qcap];
-    s->qlen++;
+    struct pending *p = ring_push(&s->q, sizeof *p, 16);
     memset(p, 0, sizeof *p);
     p->remaining = 1;
     return p;
@@ -237,19 +226,14 @@ static struct pending *q_push(struct session *s)
 
 void q_pop(struct session *s)
 {
-    struct pending *p = &s->q[s->qhead];
+    struct pending *p = q_head(s);
     if (p->local_owned)
         free((char *)p->local);
     if (p->what == PW_SUB || (p->what == PW_RESET && p->subkind))
         s->sub_unsure--;
-    s->qhead = (s->qhead + 1) % s->qcap;
-    s->qlen--;
-    if (s->qlen == 0 && s->qcap > 64) {     /* give memory back after a deep pipeline */
-        free(s->q);
-        s->q = NULL;
-        s->qcap = 0;
-        s->qhead = 0;
-    }
+    ring_pop(&s->q);
+    if (s->q.len == 0 && s->q.cap > 64)     /* give memory back after a deep pipeline */
+        ring_free(&s->q);
 }
 
 /* Replies Redis will send on the shared connection for what s just queued. */
@@ -263,7 +247,7 @@ static void owe(struct session *s, int n)
  * a client that pipelines without reading cannot grow the queue forever. */
 static int q_over_limit(struct session *s)
 {
-    return (size_t)s->qlen * sizeof(struct pending) > s->srv->cfg->max_buffer;
+    return (size_t)s->q.len * sizeof(struct pending) > s->srv->cfg->max_buffer;
 }
 
 /* Is a reply for s being read right now? Our own replies must wait for it. */
@@ -307,10 +291,10 @@ static void queue_error(struct session *s, const char *msg)
  * error line, without '-'), each in its place; the proxy's own are dropped. */
 static void q_fail_backend_entries(struct session *s, const char *answer)
 {
-    uint32_t n = s->qlen;
+    uint32_t n = s->q.len;
     for (uint32_t i = 0; i < n; i++) {
-        struct pending p = s->q[s->qhead];
-        s->q[s->qhead].local_owned = 0;
+        struct pending p = *q_head(s);
+        q_head(s)->local_owned = 0;
         q_pop(s);
         if (p.kind == PK_LOCAL)
             *q_push(s) = p;
@@ -347,9 +331,9 @@ static void session_free(struct session *s)
     s->srv->nsessions--;
     s->be.t->sessions--;
     server_session_gone(s->srv);
-    while (s->qlen)
+    while (s->q.len)
         q_pop(s);
-    free(s->q);
+    ring_free(&s->q);
     free(s->ibuf);
     free(s->client_name);
     free(s->lib_name);
@@ -401,7 +385,7 @@ void maybe_finish(struct session *s)
 {
     if (s->closing || !s->close_after_flush || s->parked)
         return;
-    if (s->qlen > 0 && (s->mode == SM_OWN || s->mode == SM_SHARED))
+    if (s->q.len > 0 && (s->mode == SM_OWN || s->mode == SM_SHARED))
         return;     /* replies still owed (a protocol error waits its turn) */
     if (xport_backlog(&s->client) > 0)
         return;
@@ -442,7 +426,7 @@ static void backend_unavailable(struct session *s)
     q_fail_backend_entries(s, s->be.t->down_reason);
     if (s->ilen > 0) {
         process_input(s, s->ibuf, s->ilen, 1);
-    } else if (s->qlen > 0) {
+    } else if (s->q.len > 0) {
         emit_locals(s);             /* what it had sent is answered: then it closes */
         flush_all(s);
         if (!s->closing)
@@ -491,7 +475,7 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static void client_eof(struct session *s)
 {
-    if ((s->mode != SM_OWN && s->mode != SM_SHARED) || s->qlen == 0) {
+    if ((s->mode != SM_OWN && s->mode != SM_SHARED) || s->q.len == 0) {
         session_close(s);
         return;
     }
@@ -888,12 +872,12 @@ static int changes_shared_state(const struct session *s, const struct request *r
 static enum route shared_route(struct session *s, const struct request *req,
                                const struct cmd_info *ci)
 {
-    if (s->qlen >= MUX_MAX_INFLIGHT || !mux_shareable(s->srv) || needs_own(s->srv, req, ci))
+    if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->srv) || needs_own(s->srv, req, ci))
         return RT_PIN;
     if (!changes_shared_state(s, req, ci->id))
         return RT_HERE;
     emit_locals(s);         /* our own replies at the head are owed nothing */
-    if (s->qlen > 0)
+    if (s->q.len > 0)
         return RT_WAIT;
     return ci->id == CID_SELECT ? RT_SELECT : RT_HERE;
 }
@@ -922,7 +906,7 @@ static void consider_sharing(struct session *s, const struct request *req,
         return;
     }
     if (s->stateful || s->served == 0 || ci->id == CID_SELECT || ci->id == CID_HELLO ||
-        ci->id == CID_CLIENT || s->qlen > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
+        ci->id == CID_CLIENT || s->q.len > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
         reply_in_progress(s) || !mux_shareable(s->srv) || paused(s->srv) || mux_attach(s) < 0)
         return;
     bconn_close(&s->be);
@@ -1118,7 +1102,7 @@ static void expect_replies(struct session *s, const struct request *req,
         owe(s, pe.remaining);
         s->sub_unsure += pe.what == PW_SUB || (pe.what == PW_RESET && pe.subkind);
     }
-    if (pe.what == PW_SYNC && s->qlen == 1)
+    if (pe.what == PW_SYNC && s->q.len == 1)
         enter_replica(s);
 }
 
@@ -1247,7 +1231,7 @@ static enum handled login_as(struct session *s, const struct auth_user *u, int h
     case SM_OWN:
         if (same)
             break;
-        if (s->qlen > 0)
+        if (s->q.len > 0)
             return HR_WAIT;
         if (u->backend_password == NULL && s->srv->cfg->backend_password == NULL) {
             *refusal = "-ERR ttlguard: this connection is logged in to Redis as another "
@@ -1391,7 +1375,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
      * requests by count, would then give every later reply to the wrong
      * request. On its own connection a session sends one only when nothing
      * is owed (the shared connection is left for one that way already). */
-    if (s->mode == SM_OWN && s->qlen > 0 && login_carries_auth(req, pl.id))
+    if (s->mode == SM_OWN && s->q.len > 0 && login_carries_auth(req, pl.id))
         return HR_WAIT;
     if (s->mode == SM_OWN)
         s->served++;
@@ -1488,18 +1472,18 @@ static int keep_rest(struct session *s, const char *data, size_t len, size_t pos
  * Our own replies at the head are owed nothing: they go first. */
 static int pending_full(struct session *s)
 {
-    if ((uint32_t)s->srv->cfg->max_pending > s->qlen)
+    if ((uint32_t)s->srv->cfg->max_pending > s->q.len)
         return 0;
     if (!reply_in_progress(s))
         emit_locals(s);
-    s->cap_wait = (uint32_t)s->srv->cfg->max_pending <= s->qlen;
+    s->cap_wait = (uint32_t)s->srv->cfg->max_pending <= s->q.len;
     return s->cap_wait;
 }
 
 /* A reply came in: requests held back by max_pending go on. */
 static void pending_resume(struct session *s)
 {
-    if (!s->cap_wait || s->closing || s->qlen >= (uint32_t)s->srv->cfg->max_pending)
+    if (!s->cap_wait || s->closing || s->q.len >= (uint32_t)s->srv->cfg->max_pending)
         return;
     s->cap_wait = 0;
     process_input(s, s->ibuf, s->ilen, 1);
@@ -1614,7 +1598,7 @@ static void replay_state(struct session *s)
         struct slice a[3] = { SL("CLIENT"), SL("NO-EVICT"), SL("ON") };
         send_own(s, 3, a);
     }
-    if (s->qlen > 0) {
+    if (s->q.len > 0) {
         s->replaying = 1;
         flush_all(s);
     }
@@ -1671,11 +1655,11 @@ static void be_read_end(struct bconn *b)
     if (!reply_in_progress(s))
         emit_locals(s);
     flush_all(s);
-    if (s->replaying && s->qlen == 0) {
+    if (s->replaying && s->q.len == 0) {
         s->replaying = 0;
         serve_waiting(s);
     }
-    if (s->switch_wait && s->qlen == 0 && !s->closing) {
+    if (s->switch_wait && s->q.len == 0 && !s->closing) {
         s->switch_wait = 0;         /* an AUTH waited for the replies owed */
         process_input(s, s->ibuf, s->ilen, 1);
     }
@@ -1734,12 +1718,12 @@ void session_settle(struct session *s)
     if (s->closing)
         return;
     emit_locals(s);
-    if (toc_owner == s && (s->close_after_flush || (s->pin_wait && s->qlen == 0))) {
+    if (toc_owner == s && (s->close_after_flush || (s->pin_wait && s->q.len == 0))) {
         session_flush_client();     /* before the client is shut down or moves */
         if (s->closing)
             return;
     }
-    if (s->pin_wait && s->qlen == 0) {
+    if (s->pin_wait && s->q.len == 0) {
         /* Owed nothing on the shared connection any more: go 1:1. */
         flush_all(s);
         s->pin_wait = 0;
@@ -1747,7 +1731,7 @@ void session_settle(struct session *s)
         open_own_connection(s);
         return;
     }
-    if (s->switch_wait && s->qlen == 0) {
+    if (s->switch_wait && s->q.len == 0) {
         /* Owed nothing where it is: the waiting SELECT/HELLO can move it. */
         s->switch_wait = 0;
         process_input(s, s->ibuf, s->ilen, 1);
@@ -1889,13 +1873,13 @@ void session_cron(struct session *s, uint64_t now)
         session_close(s);
         return;
     }
-    if (cfg->client_idle_timeout > 0 && s->qlen == 0 && !s->monitor && !s->replica &&
+    if (cfg->client_idle_timeout > 0 && s->q.len == 0 && !s->monitor && !s->replica &&
         s->nchan + s->npat + s->nshard == 0 &&
         now - s->last_active >= (uint64_t)cfg->client_idle_timeout * 1000) {
         session_close(s);
         return;
     }
-    if (s->draining && s->qlen == 0 && !reply_in_progress(s))
+    if (s->draining && s->q.len == 0 && !reply_in_progress(s))
         finish_after_flush(s);
 }
 
@@ -1903,7 +1887,7 @@ void session_drain(struct session *s)
 {
     s->draining = 1;
     client_read_stop(s);
-    if (s->qlen == 0 || (s->mode != SM_OWN && s->mode != SM_SHARED))
+    if (s->q.len == 0 || (s->mode != SM_OWN && s->mode != SM_SHARED))
         finish_after_flush(s);
 }
 

@@ -156,9 +156,8 @@ struct session {
     size_t ilen, icap;
     struct req_framer *framer;
 
-    /* Pending queue: ring buffer, one entry per reply owed to the client. */
-    struct pending *q;
-    uint32_t qhead, qlen, qcap;
+    /* Pending queue: one struct pending per reply owed to the client. */
+    struct ring q;
 
     /* Reply side. */
     char peek[PEEK_MAX];

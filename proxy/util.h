@@ -14,7 +14,6 @@
 #include <stdint.h>
 #include <stdarg.h>
 
-/* A view into bytes owned by someone else: never freed through the slice. */
 /* A growable byte buffer; its owner frees p. */
 struct sbuf {
     char *p;
@@ -24,6 +23,31 @@ struct sbuf {
 void sbuf_reserve(struct sbuf *b, size_t more);
 void sbuf_add(struct sbuf *b, const void *p, size_t n);
 
+/* A growable FIFO of fixed-size elements, in an array used as a ring whose
+ * size is a power of two: the session's pending replies, a shared
+ * connection's and the watcher's owed replies. Zero-initialised it is empty;
+ * its owner frees it with ring_free(). Elements are `size` bytes, the same
+ * in every call on one ring. */
+struct ring {
+    char *p;
+    uint32_t head, len, cap;        /* in elements; cap is 0 or a power of two */
+};
+
+/* The i-th element from the head, i < len. */
+static inline void *ring_at(const struct ring *r, size_t size, uint32_t i)
+{
+    return r->p + (size_t)((r->head + i) & (r->cap - 1)) * size;
+}
+
+/* Room for one more element at the tail (uninitialised), growing to `first`
+ * elements (a power of two), then doubling. */
+void *ring_push(struct ring *r, size_t size, uint32_t first);
+/* Drop the element at the head (len > 0). */
+void ring_pop(struct ring *r);
+/* Empty it and give its memory back. */
+void ring_free(struct ring *r);
+
+/* A view into bytes owned by someone else: never freed through the slice. */
 struct slice {
     const char *p;
     size_t len;

@@ -56,8 +56,7 @@ static struct watch {
     char *buf;                  /* the notification being read */
     size_t len;
 
-    struct owed *q;             /* ring of replies owed on cmd */
-    size_t qhead, qlen, qcap;
+    struct ring q;              /* struct owed: the replies owed on cmd */
     int cur_db;                 /* SELECTed on cmd */
     struct sbuf out;            /* requests for cmd, written after each read of sub */
 
@@ -132,20 +131,14 @@ static void build_psubscribe(struct sbuf *b)
 /* ------------------------------------------------------------------------ */
 /* The command connection                                                    */
 
+static struct owed *owed_head(void)
+{
+    return ring_at(&w.q, sizeof(struct owed), 0);
+}
+
 static struct owed *owe(enum owed_kind kind)
 {
-    if (w.qlen == w.qcap) {
-        size_t ncap = w.qcap ? w.qcap * 2 : 256;
-        struct owed *nq = xcalloc(ncap, sizeof *nq);
-        for (size_t i = 0; i < w.qlen; i++)
-            nq[i] = w.q[(w.qhead + i) % w.qcap];
-        free(w.q);
-        w.q = nq;
-        w.qcap = ncap;
-        w.qhead = 0;
-    }
-    struct owed *o = &w.q[(w.qhead + w.qlen) % w.qcap];
-    w.qlen++;
+    struct owed *o = ring_push(&w.q, sizeof *o, 256);
     memset(o, 0, sizeof *o);
     o->kind = (unsigned char)kind;
     return o;
@@ -153,11 +146,8 @@ static struct owed *owe(enum owed_kind kind)
 
 static void drop_owed(void)
 {
-    for (; w.qlen > 0; w.qlen--) {
-        free(w.q[w.qhead].key);
-        w.qhead = (w.qhead + 1) % w.qcap;
-    }
-    w.qhead = 0;
+    for (; w.q.len > 0; ring_pop(&w.q))
+        free(owed_head()->key);
 }
 
 static void sb_cmd(struct sbuf *b, int argc, const char *const *argv, const size_t *lens)
@@ -269,9 +259,9 @@ static void cmd_reply(struct bconn *b, const char *p, size_t n, int done, char t
     size_t k = n < sizeof head - hlen ? n : sizeof head - hlen;
     memcpy(head + hlen, p, k);
     hlen += k;
-    if (!done || w.qlen == 0)
+    if (!done || w.q.len == 0)
         return;
-    struct owed *o = &w.q[w.qhead];
+    struct owed *o = owed_head();
     if (type == '-' && o->kind != OW_FLAGS_GET)
         log_warn("watch: Redis refused %s: %.*s", o->kind == OW_SELECT ? "SELECT" :
                  o->kind == OW_FLAGS_SET ? "CONFIG SET notify-keyspace-events" : "a TTL check",
@@ -300,9 +290,8 @@ static void cmd_reply(struct bconn *b, const char *p, size_t n, int done, char t
         break;
     }
     free(o->key);
-    w.qhead = (w.qhead + 1) % w.qcap;
-    w.qlen--;
-    if (w.qlen < WATCH_RESUME_AT && !w.sub.reading && w.sub.state == BC_READY)
+    ring_pop(&w.q);
+    if (w.q.len < WATCH_RESUME_AT && !w.sub.reading && w.sub.state == BC_READY)
         bconn_read_start(&w.sub);
 }
 
@@ -369,7 +358,7 @@ static void notification(struct slice chan, struct slice ev)
     const struct rule *r = rules_match(&w.srv->cfg->rules, key, klen);
     if (!watched(r))
         return;
-    if (w.cmd.state != BC_READY || w.qlen >= WATCH_OWED_MAX) {
+    if (w.cmd.state != BC_READY || w.q.len >= WATCH_OWED_MAX) {
         w.st.missed++;
         return;
     }
@@ -471,7 +460,7 @@ static void sub_reply(struct bconn *b, const char *p, size_t n, int done, char t
 static void sub_read_end(struct bconn *b)
 {
     flush_out();
-    if (w.qlen >= WATCH_PAUSE_AT && w.sub.reading)
+    if (w.q.len >= WATCH_PAUSE_AT && w.sub.reading)
         bconn_read_stop(&w.sub);
 }
 
@@ -593,9 +582,7 @@ void watch_stop(void)
     bconn_close(&w.cmd);
     drop_owed();
     free_patterns();
-    free(w.q);
-    w.q = NULL;
-    w.qcap = 0;
+    ring_free(&w.q);
     free(w.buf);
     w.buf = NULL;
     free(w.out.p);
