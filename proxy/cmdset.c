@@ -26,7 +26,7 @@ const struct server_id server_id_default = { SRV_REDIS, SRV_VERSION(7, 0, 0) };
 
 /* The newest version of each kind whose table was verified by experiment
  * (tests/integration/test_command_table.py): beyond it, FT_NEWER. */
-#define REDIS_VERIFIED  SRV_VERSION(8, 0, 99)
+#define REDIS_VERIFIED  SRV_VERSION(8, 6, 99)
 #define VALKEY_VERIFIED SRV_VERSION(9, 1, 99)
 
 #define NAME_SLOTS 1024             /* power of two, over 3x the names of any server */
@@ -150,6 +150,15 @@ static unsigned features(const struct server_id *table, const struct server_id *
             f |= FT_SET_IFEQ;
         if (table->version >= SRV_VERSION(9, 0, 0))
             f |= FT_HSETEX_KEYCOND | FT_INLINE_JOIN;
+    } else {
+        if (table->version >= SRV_VERSION(8, 2, 0))
+            f |= FT_BITOP_MORE | FT_STREAM_REFS;
+        if (table->version >= SRV_VERSION(8, 4, 0))
+            f |= FT_SET_IFCOND | FT_HSETEX_ANYWHERE;
+        if (table->version >= SRV_VERSION(8, 6, 0))
+            f |= FT_XADD_IDMP;
+        if (table->version >= SRV_VERSION(8, 6, 2))
+            f |= FT_HSETEX_FIELDS_ONCE;
     }
     unsigned verified = real->kind == SRV_VALKEY ? VALKEY_VERIFIED : REDIS_VERIFIED;
     if (real->version > table->version || real->version > verified)
@@ -209,7 +218,7 @@ static struct name_slot *slot_add(struct command_set *set, const char *name)
         i = (i + 1) & (NAME_SLOTS - 1);
     set->slots[i].name = name;
     set->slots[i].len = len;
-    set->slots[i].info.feat = (unsigned char)set->feat;
+    set->slots[i].info.feat = (unsigned short)set->feat;
     return &set->slots[i];
 }
 

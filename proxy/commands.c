@@ -1,5 +1,5 @@
 /*
- * commands: the Redis 7.0.15 command table (see commands.h).
+ * commands: the command table (see commands.h).
  *
  *   argv[0] ── fold case + hash ──▶ name_slots[]: every name redis-server knows
  *                                       │
@@ -21,9 +21,11 @@
  * last one wins), the row's options parser finds the key (KS_OPTION).
  *
  * What each key role does to a TTL was found by experiment against
- * redis-server 7.0.15 (tests/integration/tools/probe_ttl_effects.py), and
- * the same experiment runs in the integration suite. The surprises are
- * commented where they are in the table.
+ * redis-server 7.0.15, 8.0.6 and 8.6.3, valkey-server 8.1.1 and 9.1.2
+ * (tests/integration/tools/probe_ttl_effects.py), and the same experiment
+ * runs in the integration suite; the rows of later releases flagged DOC come
+ * from their documentation. The surprises are commented where they are in
+ * the table.
  *
  * Parsers follow redis's own parsing closely, for two reasons. A command the
  * server refuses must give -1, so that the proxy forwards it unchanged and
@@ -101,18 +103,55 @@ static void set_ttl(struct spec_use *u, int argi, enum ttl_unit unit)
 
 enum {
     SO_NX = 1, SO_XX = 2, SO_KEEPTTL = 4, SO_PERSIST = 8, SO_EXPIRY = 16, SO_IFEQ = 32,
+    SO_IFNE = 64, SO_IFDEQ = 128, SO_IFDNE = 256,
+    SO_IF = SO_IFEQ | SO_IFNE | SO_IFDEQ | SO_IFDNE,
 };
+
+/* SET's compare options: IFEQ|IFNE|IFDEQ|IFDNE (Redis 8.4), IFEQ alone
+ * (Valkey 8.1). The SO_IF* flag of argument a, or 0. */
+static int if_condition(struct slice a, unsigned feat)
+{
+    if ((feat & (FT_SET_IFEQ | FT_SET_IFCOND)) && arg_is(a, "ifeq"))
+        return SO_IFEQ;
+    if (!(feat & FT_SET_IFCOND))
+        return 0;
+    return arg_is(a, "ifne") ? SO_IFNE : arg_is(a, "ifdeq") ? SO_IFDEQ
+                                        : arg_is(a, "ifdne") ? SO_IFDNE : 0;
+}
+
+/* What SET or GETEX does to the key, from its options (SO_*). IFEQ and IFDEQ
+ * write only over a matching value, so never create; IFNE and IFDNE create a
+ * missing key as a plain SET does. */
+static enum ttl_effect string_effect(int f, int is_set)
+{
+    int must_exist = f & (SO_XX | SO_IFEQ | SO_IFDEQ);
+
+    if (must_exist && (f & SO_NX))
+        return TE_NONE;                     /* SET ... IFEQ v NX (Redis): never writes */
+    if (f & SO_EXPIRY)
+        return TE_SETS_TTL;
+    if (f & SO_PERSIST)
+        return TE_PERSIST;
+    if (!is_set)
+        return TE_NONE;                     /* GETEX without options: a read */
+    if (f & SO_KEEPTTL)
+        return must_exist ? TE_NONE : TE_CREATE;   /* keeps an existing key's TTL */
+    return f & SO_NX ? TE_CREATE : TE_OVERWRITE;   /* also XX, IF*: drop the TTL */
+}
 
 /* SET and GETEX options, as redis's parseExtendedStringArgumentsOrReply():
  * any order; a repeated option is fine (the last expiry wins), conflicting
- * ones are a syntax error. Only the expiry that wins is checked. */
+ * ones are a syntax error. Only the expiry that wins is checked. Redis takes
+ * NX and XX after an IF* condition (and the same condition twice), Valkey
+ * takes neither. */
 static int string_options(int argc, const struct slice *argv, int from, int is_set,
                           unsigned feat, struct spec_use *u)
 {
     static const struct { const char *word; enum ttl_unit unit; } expiries[] = {
         { "ex", TTL_SEC }, { "px", TTL_MS }, { "exat", TTL_UNIX_SEC }, { "pxat", TTL_UNIX_MS },
     };
-    int f = 0;
+    int valkey_if = feat & FT_SET_IFEQ ? SO_IF : 0;
+    int f = 0, c;
 
     for (int j = from; j < argc; j++) {
         struct slice a = argv[j];
@@ -120,13 +159,13 @@ static int string_options(int argc, const struct slice *argv, int from, int is_s
 
         for (k = 0; k < 4 && !arg_is(a, expiries[k].word); k++)
             ;
-        if (is_set && arg_is(a, "nx") && !(f & (SO_XX | SO_IFEQ))) {
+        if (is_set && arg_is(a, "nx") && !(f & (SO_XX | valkey_if))) {
             f |= SO_NX;
-        } else if (is_set && arg_is(a, "xx") && !(f & (SO_NX | SO_IFEQ))) {
+        } else if (is_set && arg_is(a, "xx") && !(f & (SO_NX | valkey_if))) {
             f |= SO_XX;
-        } else if (is_set && (feat & FT_SET_IFEQ) && arg_is(a, "ifeq") && j + 1 < argc &&
-                   !(f & (SO_NX | SO_XX | SO_IFEQ))) {
-            f |= SO_IFEQ;                   /* writes only over an equal value: never creates */
+        } else if (is_set && (c = if_condition(a, feat)) != 0 && j + 1 < argc &&
+                   !(f & (SO_NX | SO_XX | (SO_IF & ~c) | (valkey_if & c)))) {
+            f |= c;                         /* the value or digest to compare with */
             j++;
         } else if (is_set && arg_is(a, "get")) {
             continue;                       /* changes the reply, not the write */
@@ -144,22 +183,12 @@ static int string_options(int argc, const struct slice *argv, int from, int is_s
     }
     if ((f & SO_EXPIRY) && !expiry_ok(argv[u->ttl_argi], (enum ttl_unit)u->ttl_unit))
         return -1;
-    if (f & SO_EXPIRY)
-        u->effect = TE_SETS_TTL;
-    else if (f & SO_PERSIST)
-        u->effect = TE_PERSIST;
-    else if (!is_set)
-        u->effect = TE_NONE;                /* GETEX without options: a read */
-    else if ((f & (SO_XX | SO_IFEQ)) && (f & SO_KEEPTTL))
-        u->effect = TE_NONE;                /* changes only an existing key, keeps its TTL */
-    else if (f & (SO_NX | SO_KEEPTTL))
-        u->effect = TE_CREATE;
-    else
-        u->effect = TE_OVERWRITE;           /* also XX, IFEQ: never create, but drop the TTL */
+    u->effect = (unsigned char)string_effect(f, is_set);
     return 0;
 }
 
-/* SET key value [NX|XX|IFEQ v (Valkey 8.1)] [GET] [EX s|PX ms|EXAT ts|PXAT ms-ts|KEEPTTL] */
+/* SET key value [NX|XX|IFEQ v|IFNE v|IFDEQ d|IFDNE d] [GET] [EX s|PX ms|EXAT ts|PXAT
+ * ms-ts|KEEPTTL]: IFEQ since Valkey 8.1, all four since Redis 8.4 */
 static int opt_set(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     return string_options(argc, argv, 3, 1, feat, &use[0]);
@@ -274,18 +303,35 @@ static int field_expiry_ok(struct slice s, enum ttl_unit unit, int valkey)
                                                         : v <= max - (long long)now_ms_wall();
 }
 
+/* HSETEX's FIELDS numfields field value [...] at argv[j]: the index of its
+ * last argument, or -1 when redis refuses it. Before Redis 8.6 (and on
+ * Valkey) the block ends the command; since, options may follow it
+ * (FT_HSETEX_ANYWHERE: the 8.6 release notes, #14416; taken from 8.4 on, in
+ * case 8.4's patch releases have it: a server refusing what the table takes
+ * only answers its own error). */
+static int hsetex_fields(int argc, const struct slice *argv, int j, unsigned feat)
+{
+    long long n;
+
+    if (j + 1 >= argc || slice_to_ll(argv[j + 1], &n) < 0 || n < 1 || n > INT_MAX)
+        return -1;
+    if (feat & FT_HSETEX_ANYWHERE)
+        return j + 2 + 2 * n <= argc ? j + 1 + 2 * (int)n : -1;
+    return argc - j - 2 == 2 * n ? argc - 1 : -1;
+}
+
 /* HSETEX key [NX|XX (Valkey)] [FNX|FXX] [EX s|PX ms|EXAT ts|PXAT ms-ts|KEEPTTL]
  * FIELDS numfields field value [...]: the expiry is the fields', not the
  * key's. The hash is created without a TTL unless XX or FXX (every field must
- * exist) rule that out. Redis 8 refuses any option given twice; Valkey 9
- * parses them as SET does (the same option again is fine, the last expiry
- * wins and only it is checked; a conflicting one is not). */
+ * exist) rule that out. Redis 8 refuses any option given twice (FIELDS too,
+ * since 8.6.2); Valkey 9 parses them as SET does (the same option again is
+ * fine, the last expiry wins and only it is checked; a conflicting one is
+ * not). */
 static int opt_hsetex(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     static const char *const expiries[] = { "ex", "px", "exat", "pxat", "keepttl" };
     int valkey = (feat & FT_HSETEX_KEYCOND) != 0;
-    int keycond = 0, fieldcond = 0, expiry = 0, ttl_argi = -1;
-    long long n;
+    int keycond = 0, fieldcond = 0, expiry = 0, ttl_argi = -1, fields = 0;
 
     for (int j = 2; j < argc; j++) {
         struct slice a = argv[j];
@@ -294,14 +340,10 @@ static int opt_hsetex(int argc, const struct slice *argv, unsigned feat, struct 
         for (k = 0; k < 5 && !arg_is(a, expiries[k]); k++)
             ;
         if (arg_is(a, "fields")) {
-            if (j + 1 >= argc || slice_to_ll(argv[j + 1], &n) < 0 || n < 1 || n > INT_MAX ||
-                argc - j - 2 != 2 * n)
+            if ((fields && (feat & FT_HSETEX_FIELDS_ONCE)) ||
+                (j = hsetex_fields(argc, argv, j, feat)) < 0)
                 return -1;
-            if (ttl_argi >= 0 && !field_expiry_ok(argv[ttl_argi], (enum ttl_unit)(expiry - 1),
-                                                  valkey))
-                return -1;
-            use[0].effect = keycond == 2 || fieldcond == 2 ? TE_NONE : TE_CREATE;
-            return 0;
+            fields = 1;
         } else if (valkey && (arg_is(a, "nx") || arg_is(a, "xx"))) {
             int c = arg_is(a, "nx") ? 1 : 2;
             if (keycond != 0 && keycond != c)
@@ -323,13 +365,17 @@ static int opt_hsetex(int argc, const struct slice *argv, unsigned feat, struct 
             return -1;
         }
     }
-    return -1;                              /* no FIELDS */
+    if (!fields || (ttl_argi >= 0 && !field_expiry_ok(argv[ttl_argi],
+                                                      (enum ttl_unit)(expiry - 1), valkey)))
+        return -1;                          /* no FIELDS, or an expiry redis refuses */
+    use[0].effect = keycond == 2 || fieldcond == 2 ? TE_NONE : TE_CREATE;
+    return 0;
 }
 
 /* MSETEX numkeys key value [key value ...] [NX|XX] [EX s|PX ms|EXAT ts|PXAT
- * ms-ts|KEEPTTL] (Valkey 9.1): every key gets the expiry; without one MSETEX
- * drops their TTLs as MSET does, unless KEEPTTL. NX: none of the keys exists,
- * XX: all of them do. */
+ * ms-ts|KEEPTTL] (Redis 8.4, Valkey 9.1: both parse it alike): every key gets
+ * the expiry; without one MSETEX drops their TTLs as MSET does, unless
+ * KEEPTTL. NX: none of the keys exists, XX: all of them do. */
 static int opt_msetex(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     static const struct { const char *word; enum ttl_unit unit; } expiries[] = {
@@ -595,12 +641,44 @@ static int opt_geoadd(int argc, const struct slice *argv, unsigned feat, struct 
     return 0;
 }
 
-/* XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id
- * field value [...], as redis's streamParseAddOrTrimArgsOrReply(): the first
- * word that is no option is the ID. NOMKSTREAM never creates the stream. */
+/* XADD's MAXLEN|MINID [=|~] threshold at argv[i]: the index of its last
+ * argument, or -1 when redis refuses it; *approx: given with "~". */
+static int xadd_trim(int argc, const struct slice *argv, int i, int *approx)
+{
+    int more = argc - 1 - i, maxlen = arg_is(argv[i], "maxlen");
+
+    *approx = 0;
+    if (more >= 2 && (arg_is(argv[i + 1], "~") || arg_is(argv[i + 1], "="))) {
+        *approx = arg_is(argv[i + 1], "~");
+        i++;
+    }
+    if (maxlen && !arg_nonneg(argv[i + 1]))
+        return -1;
+    return i + 1;
+}
+
+/* XADD's IDMPAUTO pid and IDMP pid iid (Redis 8.6) at argv[i]: how many
+ * arguments follow the word, or 0 when it is neither (without them redis
+ * reads the word as the ID). */
+static int xadd_idmp(int argc, const struct slice *argv, int i, unsigned feat)
+{
+    int more = argc - 1 - i;
+
+    if (!(feat & FT_XADD_IDMP))
+        return 0;
+    if (arg_is(argv[i], "idmpauto") && more >= 1)
+        return 1;
+    return arg_is(argv[i], "idmp") && more >= 2 ? 2 : 0;
+}
+
+/* XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [IDMPAUTO pid|IDMP pid iid]
+ * [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value [...], as
+ * redis's streamParseAddOrTrimArgsOrReply(): the first word that is no option
+ * is the ID (KEEPREF...: Redis 8.2, IDMP...: 8.6). NOMKSTREAM never creates the
+ * stream; IDMP may write no entry, but creates the stream all the same. */
 static int opt_xadd(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
-    int nomkstream = 0, trim = 0, approx = 0, limit = 0, i;
+    int nomkstream = 0, trim = 0, approx = 0, limit = 0, refs = 0, idmp = 0, i, n;
 
     for (i = 2; i < argc; i++) {
         struct slice a = argv[i];
@@ -609,31 +687,29 @@ static int opt_xadd(int argc, const struct slice *argv, unsigned feat, struct sp
         if (arg_is(a, "*")) {
             break;
         } else if ((arg_is(a, "maxlen") || arg_is(a, "minid")) && more >= 1) {
-            int maxlen = arg_is(a, "maxlen");
-
-            if (trim)
-                return -1;                  /* MAXLEN and MINID at the same time */
+            if (trim || (i = xadd_trim(argc, argv, i, &approx)) < 0)
+                return -1;                  /* also MAXLEN and MINID at the same time */
             trim = 1;
-            approx = 0;
-            if (more >= 2 && (arg_is(argv[i + 1], "~") || arg_is(argv[i + 1], "="))) {
-                approx = arg_is(argv[i + 1], "~");
-                i++;
-            }
-            if (maxlen && !arg_nonneg(argv[i + 1]))
-                return -1;
-            i++;
         } else if (arg_is(a, "limit") && more >= 1) {
             if (!arg_nonneg(argv[++i]))
                 return -1;
             limit = 1;
+        } else if ((feat & FT_STREAM_REFS) && !refs &&
+                   (arg_is(a, "keepref") || arg_is(a, "delref") || arg_is(a, "acked"))) {
+            refs = 1;                       /* a second one is read as the ID */
         } else if (arg_is(a, "nomkstream")) {
             nomkstream = 1;
+        } else if ((n = xadd_idmp(argc, argv, i, feat)) > 0) {
+            if (idmp || argv[i + 1].len == 0 || argv[i + n].len == 0)
+                return -1;                  /* twice, or an empty producer or idempotent ID */
+            idmp = 1;
+            i += n;
         } else {
             break;                          /* the ID (or a syntax error redis reports) */
         }
     }
-    if (limit && !approx)
-        return -1;                          /* LIMIT needs MAXLEN ~ or MINID ~ */
+    if ((limit && !approx) || (idmp && (i >= argc || argv[i].len == 0 || argv[i].p[0] != '*')))
+        return -1;                          /* LIMIT needs "~"; IDMP an auto-generated ID */
     int fields = argc - (i + 1);
     if (fields < 2 || fields % 2 != 0)
         return -1;
@@ -691,14 +767,19 @@ static int opt_bitfield(int argc, const struct slice *argv, unsigned feat, struc
     return 0;
 }
 
-/* BITOP AND|OR|XOR|NOT destkey key [key ...] */
+/* BITOP AND|OR|XOR|NOT|DIFF|DIFF1|ANDOR|ONE destkey key [key ...]: NOT takes
+ * one source, DIFF, DIFF1 and ANDOR at least two (the last four: Redis 8.2). */
 static int opt_bitop(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
 {
     if (arg_is(argv[1], "not"))
         return argc == 4 ? 0 : -1;
     if (arg_is(argv[1], "and") || arg_is(argv[1], "or") || arg_is(argv[1], "xor"))
         return 0;
-    return -1;
+    if (!(feat & FT_BITOP_MORE))
+        return -1;
+    if (arg_is(argv[1], "diff") || arg_is(argv[1], "diff1") || arg_is(argv[1], "andor"))
+        return argc >= 5 ? 0 : -1;
+    return arg_is(argv[1], "one") ? 0 : -1;
 }
 
 /* LMOVE/BLMOVE source destination LEFT|RIGHT LEFT|RIGHT [timeout] */
@@ -708,6 +789,51 @@ static int opt_lmove(int argc, const struct slice *argv, unsigned feat, struct s
         if (!arg_is(argv[j], "left") && !arg_is(argv[j], "right"))
             return -1;
     }
+    return 0;
+}
+
+/* INCREX key [NX|XX (Valkey)] [BYINT n|BYFLOAT f] [LBOUND l] [UBOUND u]
+ * [SATURATE] [EX s|PX ms|EXAT ts|PXAT ms-ts|PERSIST] [ENX], a documented row
+ * (Redis 8.8: redis.io/commands/increx; Valkey 9.2: valkey.io/commands/increx).
+ * Without an expiry the key keeps its TTL, as INCR's does ("When no expiration
+ * option is given, the key's existing TTL (if any) is preserved"); with ENX
+ * the expiry applies only to a key without one, so the key ends with a TTL
+ * either way. Not verified: what it does not know, or what the documentation
+ * leaves open (two expiries), it leaves unjudged (-2) rather than claim the
+ * server refuses it. */
+static int opt_increx(int argc, const struct slice *argv, unsigned feat, struct spec_use *use)
+{
+    static const struct { const char *word; enum ttl_unit unit; } expiries[] = {
+        { "ex", TTL_SEC }, { "px", TTL_MS }, { "exat", TTL_UNIX_SEC }, { "pxat", TTL_UNIX_MS },
+    };
+    static const char *const valued[] = { "byint", "byfloat", "lbound", "ubound" };
+    int xx = 0, persist = 0, expiry = 0;
+    long long v;
+
+    for (int j = 2; j < argc; j++) {
+        size_t k, m;
+
+        for (k = 0; k < 4 && !arg_is(argv[j], expiries[k].word); k++)
+            ;
+        for (m = 0; m < 4 && !arg_is(argv[j], valued[m]); m++)
+            ;
+        if (k < 4 && j + 1 < argc && slice_to_ll(argv[j + 1], &v) == 0 && !expiry) {
+            expiry = 1;
+            set_ttl(&use[0], ++j, expiries[k].unit);
+        } else if (m < 4 && j + 1 < argc) {
+            j++;
+        } else if (arg_is(argv[j], "persist") || arg_is(argv[j], "xx")) {
+            persist |= arg_is(argv[j], "persist");
+            xx |= arg_is(argv[j], "xx");
+        } else if (!arg_is(argv[j], "nx") && !arg_is(argv[j], "enx") &&
+                   !arg_is(argv[j], "saturate")) {
+            return -2;
+        }
+    }
+    if (expiry && persist)
+        return -2;
+    if (!expiry)
+        use[0].effect = persist ? TE_PERSIST : xx ? TE_NONE : TE_CREATE;
     return 0;
 }
 
@@ -767,14 +893,23 @@ static int opt_lmove(int argc, const struct slice *argv, unsigned feat, struct s
 #define R72     SRV_VERSION(7, 2, 0)
 #define R74     SRV_VERSION(7, 4, 0)
 #define R80     SRV_VERSION(8, 0, 0)
+#define R82     SRV_VERSION(8, 2, 0)
+#define R84     SRV_VERSION(8, 4, 0)
+#define R86     SRV_VERSION(8, 6, 0)
+#define R862    SRV_VERSION(8, 6, 2)
+#define R88     SRV_VERSION(8, 8, 0)
+#define R810    SRV_VERSION(8, 10, 0)
+#define R812    SRV_VERSION(8, 12, 0)
 #define V81     SRV_VERSION(8, 1, 0)
 #define V90     SRV_VERSION(9, 0, 0)
 #define V91     SRV_VERSION(9, 1, 0)
+#define V92     SRV_VERSION(9, 2, 0)
 #define NEVER   SRV_NEVER
 
 #define W       CMD_WRITE
 #define BLK     CMD_BLOCKING
 #define NS      CMD_NOSCRIPT
+#define DOC     CMD_DOCUMENTED
 
 /* XGROUP subcommands: the key is argv[2]. Only CREATE ... MKSTREAM creates
  * the stream; the others change the groups of an existing one. */
@@ -826,35 +961,67 @@ static const struct command cluster_subs[] = {
  *              GEORADIUS ... STORE), which an empty result deletes instead
  *   none       only an existing key changes, its TTL kept; or the key is read,
  *              popped or deleted
+ *
+ * Rows flagged DOC (CMD_DOCUMENTED) come from the documentation of a release
+ * newer than any verified one (Redis 8.8 to 8.12, Valkey 9.2; the page is
+ * named at each): only where it says precisely which keys a command writes
+ * and what becomes of their TTLs, and erring towards create or overwrite. Such
+ * a server is FT_NEWER, so what their parsers do not know is left unjudged;
+ * their arities are the documented ones. A command documented less precisely
+ * has no row: the proxy derives one from the server's own key specs. So has
+ * Redis 8.10's HIMPORT, though its SET is documented precisely (it overwrites
+ * the key: redis.io/commands/himport-set): it writes with a fieldset its
+ * connection PREPAREd, which a script wrapping it would not have, and a
+ * derived row is rewritten in MULTI form only.
  */
 const struct command command_table[] = {
     ROW("append", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    /* Redis 8.8's arrays, documented (redis.io/commands/arinsert, armset,
+     * arring, arset): they write elements of the array in place, creating it
+     * when missing, as LPUSH or HSET do. */
+    ROW_SINCE(R88, NEVER, "arinsert", -3, W | DOC, NULL, KEY("key", AT(1), CREATE)),
+    ROW_SINCE(R88, NEVER, "armset", -4, W | DOC, NULL, KEY("key", AT(1), CREATE)),
+    ROW_SINCE(R88, NEVER, "arring", -4, W | DOC, NULL, KEY("key", AT(1), CREATE)),
+    ROW_SINCE(R88, NEVER, "arset", -4, W | DOC, NULL, KEY("key", AT(1), CREATE)),
     ROW("bitfield", -2, W, opt_bitfield, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("bitop", -4, W, opt_bitop,
         KEY("destination", AT(2), OVERWRITE), KEY("source", RANGE(3, -1, 1), NONE)),
     BLOCKING_NS_UNTIL_72("blmove", 6, opt_lmove,
                          KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    /* Documented (redis.io/commands/blmovem): LMOVEM's blocking form. */
+    ROW_SINCE(R810, NEVER, "blmovem", -6, W | BLK | DOC, NULL,
+              KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     ROW("blmpop", -5, W | BLK, NULL, KEY("key", NUMKEYS(2, 1), NONE)),
     BLOCKING_NS_UNTIL_72("blpop", -3, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
     BLOCKING_NS_UNTIL_72("brpop", -3, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
     BLOCKING_NS_UNTIL_72("brpoplpush", 4, NULL,
                          KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    /* Documented (redis.io/commands/bzmove): ZMOVE's blocking form; "Existing
+     * expiration times are preserved; a newly created destination has no
+     * expiration." */
+    ROW_SINCE(R812, NEVER, "bzmove", -5, W | BLK | DOC, NULL,
+              KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     ROW("bzmpop", -5, W | BLK, NULL, KEY("key", NUMKEYS(2, 1), NONE)),
     BLOCKING_NS_UNTIL_72("bzpopmax", -3, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
     BLOCKING_NS_UNTIL_72("bzpopmin", -3, NULL, KEY("key", RANGE(1, -2, 1), NONE)),
+    CONTAINER_SINCE(NEVER, V90, "cluster", -2, W | CMD_PARTIAL, cluster_subs),
     /* The destination gets the source's TTL, or none: without REPLACE an
      * existing destination is left alone. */
-    CONTAINER_SINCE(NEVER, V90, "cluster", -2, W | CMD_PARTIAL, cluster_subs),
     ROW("copy", -3, W, opt_copy,
         KEY("source", AT(1), NONE),
         KEY_BY_OPTIONS("destination", AT(2), E(CREATE) | E(OVERWRITE) | E(CARRY))),
-    /* Deletes the key when its value is the given one. */
-    ROW_SINCE(NEVER, V90, "delifeq", 3, W, NULL, KEY("key", AT(1), NONE)),
     /* DEBUG POPULATE, RELOAD, ... create or reload keys behind the table's back. */
     ROW_NOKEYS("debug", -2, CMD_UNVERIFIED | NS),
     ROW("decr", 2, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("decrby", 3, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("del", -2, W, NULL, KEY("key", RANGE(1, -1, 1), NONE)),
+    /* Deletes the key, or with IFEQ|IFNE|IFDEQ|IFDNE when its value (or digest)
+     * compares so; Redis checks the condition's word only on an existing key.
+     * Valkey 9.2's (IFEQ|IFNE) is documented: valkey.io/commands/delex. */
+    ROW_SPAN(R84, 0, NEVER, 0, "delex", -2, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(NEVER, V92, "delex", -2, W | DOC, NULL, KEY("key", AT(1), NONE)),
+    /* Deletes the key when its value is the given one. */
+    ROW_SINCE(NEVER, V90, "delifeq", 3, W, NULL, KEY("key", AT(1), NONE)),
     ROW("eval", -3, CMD_SCRIPT | NS, NULL, KEY("key", NUMKEYS(2, 0), OVERWRITE)),
     /* The read-only variants cannot write: redis refuses writes inside them. */
     ROW("eval_ro", -3, CMD_SCRIPT | NS, NULL, KEY("key", NUMKEYS(2, 0), NONE)),
@@ -897,9 +1064,14 @@ const struct command command_table[] = {
     ROW("incr", 2, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("incrby", 3, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("incrbyfloat", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW_SINCE(R88, V92, "increx", -2, W | DOC, opt_increx,
+              KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE) | E(PERSIST) | E(SETS_TTL))),
     ROW("linsert", 5, W, NULL, KEY("key", AT(1), NONE)),
     ROW("lmove", 5, W, opt_lmove,
         KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    /* Documented (redis.io/commands/lmovem): LMOVE of several elements. */
+    ROW_SINCE(R810, NEVER, "lmovem", -5, W | DOC, NULL,
+              KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     ROW("lmpop", -4, W, NULL, KEY("key", NUMKEYS(1, 1), NONE)),
     ROW("lpop", -2, W, NULL, KEY("key", AT(1), NONE)),
     ROW("lpush", -3, W, NULL, KEY("key", AT(1), CREATE)),
@@ -915,7 +1087,7 @@ const struct command command_table[] = {
     ROW("move", 3, W, opt_move, KEY("key", AT(1), CARRY)),
     ROW("mset", -3, W, opt_mset, KEY("key", RANGE(1, -1, 2), OVERWRITE)),
     /* All or nothing: when one key exists none is written. */
-    ROW_SINCE(NEVER, V91, "msetex", -4, W, opt_msetex,
+    ROW_SINCE(R84, V91, "msetex", -4, W, opt_msetex,
               KEY_BY_OPTIONS("key", NUMKEYS_STEP(1, 1, 2),
                              E(NONE) | E(CREATE) | E(OVERWRITE) | E(SETS_TTL))),
     ROW("msetnx", -3, W, opt_mset, KEY("key", RANGE(1, -1, 2), CREATE)),
@@ -941,6 +1113,9 @@ const struct command command_table[] = {
     ROW("rpush", -3, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("rpushx", -3, W, NULL, KEY("key", AT(1), NONE)),
     ROW("sadd", -3, W, NULL, KEY("key", AT(1), CREATE)),
+    /* Documented (redis.io/commands/saddex): SADD with members' TTLs; "If the
+     * key doesn't exist, Redis creates a new set" (MXX creates none). */
+    ROW_SINCE(R812, NEVER, "saddex", -5, W | DOC, NULL, KEY("key", AT(1), CREATE)),
     ROW("sdiffstore", -3, W, NULL,
         KEY("destination", AT(1), OVERWRITE), KEY("source", RANGE(2, -1, 1), NONE)),
     ROW("set", -3, W, opt_set,
@@ -949,32 +1124,55 @@ const struct command command_table[] = {
     ROW("setex", 4, W, opt_setex, KEY("key", AT(1), SETS_TTL)),
     ROW("setnx", 3, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("setrange", 4, W, NULL, KEY("key", AT(1), CREATE)),
+    /* Members' TTLs, documented (redis.io/commands/sexpire, sexpireat,
+     * spexpire, spexpireat, spersist): not the key's, and a missing key stays
+     * missing ("-2 if no such member exists in the set, or the key does not
+     * exist"). */
+    ROW_SINCE(R812, NEVER, "sexpire", -6, W | DOC, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R812, NEVER, "sexpireat", -6, W | DOC, NULL, KEY("key", AT(1), NONE)),
     ROW("sinterstore", -3, W, NULL,
         KEY("destination", AT(1), OVERWRITE), KEY("source", RANGE(2, -1, 1), NONE)),
     ROW("smove", 4, W, NULL, KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     /* Without STORE a read. */
     ROW("sort", -2, W, opt_sort,
         KEY("key", AT(1), NONE), KEY("destination", OPTION("STORE"), OVERWRITE)),
+    ROW_SINCE(R812, NEVER, "spersist", -5, W | DOC, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R812, NEVER, "spexpire", -6, W | DOC, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R812, NEVER, "spexpireat", -6, W | DOC, NULL, KEY("key", AT(1), NONE)),
     ROW("spop", -2, W, NULL, KEY("key", AT(1), NONE)),
     ROW("srem", -3, W, NULL, KEY("key", AT(1), NONE)),
     ROW("sunionstore", -3, W, NULL,
         KEY("destination", AT(1), OVERWRITE), KEY("source", RANGE(2, -1, 1), NONE)),
     /* Swaps whole databases. */
     ROW_NOKEYS("swapdb", 3, W | CMD_UNVERIFIED),
+    /* Deletes the keys of slot ranges (cluster mode only). */
+    ROW_NOKEYS_SINCE(R84, NEVER, "trimslots", -5, W),
     ROW("unlink", -2, W, NULL, KEY("key", RANGE(1, -1, 1), NONE)),
-    /* Redis 8's vector sets (a module built into the server). */
-    ROW_SINCE(R80, NEVER, "vadd", -1, W, NULL, KEY("key", AT(1), CREATE)),
-    ROW_SINCE(R80, NEVER, "vrem", -1, W, NULL, KEY("key", AT(1), NONE)),
-    ROW_SINCE(R80, NEVER, "vsetattr", -1, W, NULL, KEY("key", AT(1), NONE)),
+    /* Redis 8's vector sets (a module built into the server): 8.0 gives them
+     * arity -1, 8.6 their own, from COMMAND INFO the module sets since #14192
+     * (July 2025, in 8.4's VRANGE already); 8.2 may have either: -1, which
+     * refuses nothing, until 8.4. */
+    ROW_SPAN(R80, R84, NEVER, 0, "vadd", -1, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW_SPAN(R84, 0, NEVER, 0, "vadd", -5, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW_SPAN(R80, R84, NEVER, 0, "vrem", -1, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SPAN(R84, 0, NEVER, 0, "vrem", 3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SPAN(R80, R84, NEVER, 0, "vsetattr", -1, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SPAN(R84, 0, NEVER, 0, "vsetattr", 4, W, NULL, KEY("key", AT(1), NONE)),
     /* Blocking since 7.2 (noscript before, and no row needed). */
     ROW_NOKEYS_SINCE(R72, 0, "wait", 3, BLK),
     ROW_NOKEYS_SINCE(R72, 0, "waitaof", 4, BLK),
     ROW("xack", -4, W, NULL, KEY("key", AT(1), NONE)),
+    /* Acknowledge or delete entries, set a stream's IDMP settings or record
+     * one: only in an existing stream. */
+    ROW_SINCE(R82, NEVER, "xackdel", -6, W, NULL, KEY("key", AT(1), NONE)),
     ROW("xadd", -5, W, opt_xadd, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("xautoclaim", -6, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R86, NEVER, "xcfgset", -2, W, NULL, KEY("key", AT(1), NONE)),
     ROW("xclaim", -6, W, NULL, KEY("key", AT(1), NONE)),
     ROW("xdel", -3, W, NULL, KEY("key", AT(1), NONE)),
+    ROW_SINCE(R82, NEVER, "xdelex", -5, W, NULL, KEY("key", AT(1), NONE)),
     CONTAINER("xgroup", -2, W, xgroup_subs),
+    ROW_SINCE(R862, NEVER, "xidmprecord", 5, W, NULL, KEY("key", AT(1), NONE)),
     /* Blocks with BLOCK; a read. */
     ROW("xread", -4, BLK, NULL, KEY("key", AFTER("STREAMS", 1, -1, 1, 2), NONE)),
     ROW("xreadgroup", -7, W | BLK, NULL, KEY("key", AFTER("STREAMS", 4, -1, 1, 2), NONE)),
@@ -986,6 +1184,13 @@ const struct command command_table[] = {
     ROW("zincrby", 4, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("zinterstore", -4, W, NULL,
         KEY("destination", AT(1), OVERWRITE), KEY("source", NUMKEYS(2, 1), NONE)),
+    /* Documented (redis.io/commands/zmove, zmovemember): "Existing key
+     * expiration times are preserved; a newly created destination has no
+     * expiration." */
+    ROW_SINCE(R812, NEVER, "zmove", -4, W | DOC, NULL,
+              KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
+    ROW_SINCE(R812, NEVER, "zmovemember", -6, W | DOC, NULL,
+              KEY("source", AT(1), NONE), KEY("destination", AT(2), CREATE)),
     ROW("zmpop", -4, W, NULL, KEY("key", NUMKEYS(1, 1), NONE)),
     ROW("zpopmax", -2, W, NULL, KEY("key", AT(1), NONE)),
     ROW("zpopmin", -2, W, NULL, KEY("key", AT(1), NONE)),
@@ -1059,9 +1264,21 @@ const struct known_name known_names[] = {
     { "vemb", R80, NEVER }, { "vgetattr", R80, NEVER }, { "vinfo", R80, NEVER },
     { "vismember", R80, NEVER }, { "vlinks", R80, NEVER }, { "vrandmember", R80, NEVER },
     { "vrem", R80, NEVER }, { "vsetattr", R80, NEVER }, { "vsim", R80, NEVER },
+    /* Redis 8.2 to 8.6 (COMMAND DOCS of 8.6.3: "since"; XIDMPRECORD came in 8.6.2) */
+    { "xackdel", R82, NEVER }, { "xdelex", R82, NEVER },
+    { "delex", R84, V92 }, { "digest", R84, NEVER }, { "msetex", R84, V91 },
+    { "trimslots", R84, NEVER }, { "vrange", R84, NEVER },
+    { "hotkeys", R86, NEVER }, { "xcfgset", R86, NEVER }, { "xidmprecord", R862, NEVER },
     /* Valkey only */
     { "commandlog", NEVER, V81 }, { "delifeq", NEVER, V90 }, { "clusterscan", NEVER, V91 },
-    { "msetex", NEVER, V91 },
+    /* Documented rows' names (CMD_DOCUMENTED): only those, as a name the table
+     * knows without a row is a read to the proxy, never derived. */
+    { "arinsert", R88, NEVER }, { "armset", R88, NEVER }, { "arring", R88, NEVER },
+    { "arset", R88, NEVER }, { "increx", R88, V92 },
+    { "blmovem", R810, NEVER }, { "lmovem", R810, NEVER },
+    { "bzmove", R812, NEVER }, { "saddex", R812, NEVER }, { "sexpire", R812, NEVER },
+    { "sexpireat", R812, NEVER }, { "spersist", R812, NEVER }, { "spexpire", R812, NEVER },
+    { "spexpireat", R812, NEVER }, { "zmove", R812, NEVER }, { "zmovemember", R812, NEVER },
 };
 
 const int known_names_n = (int)(sizeof(known_names) / sizeof(known_names[0]));
@@ -1255,6 +1472,7 @@ static void print_flags(FILE *out, unsigned flags)
         { CMD_WRITE, "write" }, { CMD_BLOCKING, "blocking" }, { CMD_SCRIPT, "script" },
         { CMD_UNVERIFIED, "unverified" }, { CMD_EXPIRE, "expire" }, { CMD_NOSCRIPT, "noscript" },
         { CMD_DERIVED, "derived" }, { CMD_UNJUDGED, "unjudged" }, { CMD_PARTIAL, "partial" },
+        { CMD_DOCUMENTED, "documented" },
     };
     const char *sep = "";
 

@@ -6,11 +6,12 @@
  * judge). For each key a command touches, the table says what the write does
  * to that key's TTL. Rows and names carry the first Redis and Valkey version
  * that has them; a command set is the table as one server has it (Redis 7.0.15,
- * 8.0.6, Valkey 8.1.1, 9.1.2 are verified, by experiment, not only by reading
- * the docs: tests/unit/test_commands.c and tests/integration/test_command_table.py
- * keep it honest), plus rows derived from that server's own key specs
- * (COMMAND INFO) for the commands the table does not have: modules, newer
- * servers.
+ * 8.0.6, 8.6.3, Valkey 8.1.1, 9.1.2 are verified, by experiment, not only by
+ * reading the docs: tests/unit/test_commands.c and
+ * tests/integration/test_command_table.py keep it honest; a few rows of newer
+ * servers come from their documentation alone, CMD_DOCUMENTED), plus rows
+ * derived from that server's own key specs (COMMAND INFO) for the commands the
+ * table does not have: modules, newer servers.
  */
 #ifndef TTLG_COMMANDS_H
 #define TTLG_COMMANDS_H
@@ -56,6 +57,9 @@ enum ttl_unit {
                                        subcommands are reads */
 #define CMD_KEYS_UNKNOWN (1u << 9)  /* a derived row that may not find all its keys: the
                                        rules of any key may apply */
+#define CMD_DOCUMENTED  (1u << 10)  /* taken from the server's documentation, not verified by
+                                       experiment: only servers newer than the verified ones
+                                       have such a row (their arguments are FT_NEWER's) */
 
 /* The server behind the proxy. */
 enum server_kind { SRV_REDIS, SRV_VALKEY };
@@ -81,6 +85,14 @@ extern const struct server_id server_id_default;
 #define FT_NEWER            (1u << 2)   /* a version newer than the newest verified one of
                                            its kind: arguments the parsers refuse may be
                                            options they do not know, so cannot be judged */
+#define FT_BITOP_MORE       (1u << 4)   /* BITOP DIFF|DIFF1|ANDOR|ONE (Redis 8.2) */
+#define FT_STREAM_REFS      (1u << 5)   /* XADD ... KEEPREF|DELREF|ACKED (Redis 8.2) */
+#define FT_SET_IFCOND       (1u << 6)   /* SET ... IFEQ|IFNE|IFDEQ|IFDNE and Redis's parsing
+                                           of them (8.4) */
+#define FT_HSETEX_ANYWHERE  (1u << 7)   /* HSETEX options after FIELDS too (Redis 8.6; 8.4
+                                           assumed) */
+#define FT_XADD_IDMP        (1u << 8)   /* XADD ... IDMPAUTO pid|IDMP pid iid (Redis 8.6) */
+#define FT_HSETEX_FIELDS_ONCE (1u << 9) /* HSETEX refuses a second FIELDS (Redis 8.6.2) */
 
 /* One key a command writes, as found in a concrete argv. */
 struct key_ref {
@@ -116,7 +128,7 @@ struct cmd_info {
     const struct command *row;  /* the table's row; NULL for reads the table leaves out */
     unsigned short id;          /* enum cmd_id */
     unsigned char sflags;       /* CS_* */
-    unsigned char feat;         /* FT_*: the server's, for command_keys() */
+    unsigned short feat;        /* FT_*: the server's, for command_keys() */
 };
 
 /* The commands of one server: the table's rows and names that server has,
@@ -216,7 +228,9 @@ int command_key_args(const struct cmd_info *ci, int argc, const struct slice *ar
  *   name     lowercase; a container's subcommands follow it ("xgroup|create")
  *   arity    as redis: N exactly, -N at least N arguments, the name included
  *   flags    comma-separated: write blocking script unverified expire noscript
- *            derived unjudged partial; "-" when none
+ *            derived unjudged partial documented; "-" when none ("documented":
+ *            the row comes from the server's documentation, not from an
+ *            experiment, CMD_DOCUMENTED)
  *   role     key, source or destination
  *   where    N           argv[N]
  *            N..L        a range from argv[N] to argv[N+L] (L > 0) or to

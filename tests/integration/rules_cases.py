@@ -134,7 +134,8 @@ def C(*a, **kw):
 
 
 R80_V90 = {"redis": (8, 0), "valkey": (9, 0)}
-V91 = {"valkey": (9, 1)}
+R84_V91 = {"redis": (8, 4), "valkey": (9, 1)}     # MSETEX
+R84_V81 = {"redis": (8, 4), "valkey": (8, 1)}     # SET ... IFEQ
 
 
 ALL_CASES = [
@@ -348,17 +349,17 @@ ALL_CASES = [
       exist=["VADD {k} VALUES 3 1 1 1 e0"], since={"redis": (8, 0)},
       view=["TYPE {key}", "VCARD {key}", "VEMB {key} e0", "VEMB {key} e1"]),
     C("msetex", "MSETEX 2 {k} 1 {k2} 2", {"k": "overwrite", "k2": "overwrite"},
-      exist=["SET {k} a", "SET {k2} b"], since=V91),
+      exist=["SET {k} a", "SET {k2} b"], since=R84_V91),
     C("msetex-keepttl", "MSETEX 2 {k} 1 {k2} 2 KEEPTTL", {"k": "create", "k2": "create"},
-      exist=["SET {k} a", "SET {k2} b"], since=V91),
+      exist=["SET {k} a", "SET {k2} b"], since=R84_V91),
     C("msetex-nx", "MSETEX 1 {k} 1 NX", {"k": "create"}, exist=["SET {k} a"], noop_b=True,
-      since=V91),
+      since=R84_V91),
     C("msetex-ex", "MSETEX 2 {k} 1 {k2} 2 EX 300", {"k": "sets-ttl", "k2": "sets-ttl"},
-      exist=["SET {k} a", "SET {k2} b"], since=V91),
+      exist=["SET {k} a", "SET {k2} b"], since=R84_V91),
     C("set-ifeq", "SET {k} new IFEQ a", {"k": "overwrite"}, exist=["SET {k} a"], noop_a=True,
-      since={"valkey": (8, 1)}, note="writes only over an equal value: never creates"),
+      since=R84_V81, note="writes only over an equal value: never creates"),
     C("set-ifeq-get", "SET {k} new IFEQ a GET", {"k": "overwrite"}, exist=["SET {k} a"],
-      noop_a=True, since={"valkey": (8, 1)}),
+      noop_a=True, since=R84_V81),
     # --- scripts and functions -------------------------------------------
     C("eval", ["EVAL", SCRIPT_SET, "1", "{k}", "v"], {"k": "overwrite"},
       exist=["SET {k} a"], script=True),

@@ -1,7 +1,7 @@
 """
 The command table (`ttlguard commands --server NAME:VERSION`, proxy/commands.c)
-against a real server, whichever it is (Redis 7.0.15, 8.0.6, Valkey 8.1.1,
-9.1.2: tests/servers.sh):
+against a real server, whichever it is (Redis 7.0.15, 8.0.6, 8.6.3, Valkey
+8.1.1, 9.1.2: tests/servers.sh):
 
   - every command the server flags `write` (subcommands included) and every
     blocking one is in the table, with the server's arity and flags, and with
@@ -12,7 +12,9 @@ against a real server, whichever it is (Redis 7.0.15, 8.0.6, Valkey 8.1.1,
     does, by experiment (tools/probe_ttl_effects.py: the cases this server
     has), and every effect of every key role in the table is exercised by at
     least one experiment;
-  - the table refuses (-1) exactly the arguments the server refuses.
+  - the table refuses (-1) exactly the arguments the server refuses;
+  - no row is one taken from the documentation alone (flag "documented"):
+    those are for releases newer than every server verified here.
 
 The server: the one on TTLG_REDIS_PORT when set, else one started here
 (harness.SERVER_BIN: TTLG_REDIS_SERVER, default redis-server). What it is comes
@@ -39,6 +41,9 @@ import harness  # noqa: E402
 import probe_ttl_effects as probe  # noqa: E402
 
 SCRIPTS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
+# The flag words of `ttlguard commands` (proxy/commands.h).
+FLAGS = {"write", "blocking", "script", "unverified", "expire", "noscript", "derived",
+         "unjudged", "partial", "documented"}
 EXPIRES = {"expire", "pexpire", "expireat", "pexpireat"}
 UNVERIFIED_AT_LEAST = {"swapdb"}
 # Containers with write subcommands, on the servers that have those.
@@ -223,6 +228,7 @@ class Row:
         assert len(words) >= 3, "bad line %r" % line
         self.name, self.arity = words[0], int(words[1])
         self.flags = set() if words[2] == "-" else set(words[2].split(","))
+        assert self.flags <= FLAGS, "unknown flags %s in %r" % (self.flags - FLAGS, line)
         self.roles = []
         for w in words[3:]:
             role, rest = w.split("@", 1)
@@ -349,6 +355,13 @@ def arity_and_flag_problems(server_commands, table):
         if "unverified" not in table[name].flags:
             problems.append(((name, "unverified"), "%s: not flagged unverified" % name))
     return problems
+
+
+def test_no_row_is_taken_from_documentation_alone(table, server_arg):
+    """Rows flagged documented belong to releases newer than every verified
+    one: a server this suite runs has none (or it would be verified)."""
+    documented = sorted(n for n, row in table.items() if "documented" in row.flags)
+    assert not documented, "%s: rows not verified by experiment: %s" % (server_arg, documented)
 
 
 def test_rows_have_the_servers_arity_and_flags(server_commands, table):

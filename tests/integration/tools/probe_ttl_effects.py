@@ -100,9 +100,15 @@ R74_V90 = {"redis": (7, 4), "valkey": (9, 0)}       # hash field TTLs: HEXPIRE .
 R80_V90 = {"redis": (8, 0), "valkey": (9, 0)}       # HSETEX, HGETEX
 R80_V91 = {"redis": (8, 0), "valkey": (9, 1)}       # HGETDEL
 R80 = {"redis": (8, 0)}                             # vector sets; Redis 8's HSETEX parser
+R82 = {"redis": (8, 2)}                             # BITOP DIFF..., XADD ... KEEPREF, XDELEX
+R84 = {"redis": (8, 4)}                             # SET ... IFNE, DELEX; HSETEX ... FIELDS ... EX
+R86 = {"redis": (8, 6)}                             # XADD ... IDMP, XCFGSET
+R862 = {"redis": (8, 6, 2)}                         # XIDMPRECORD; HSETEX: one FIELDS only
 V81 = {"valkey": (8, 1)}                            # SET ... IFEQ
+R84_V81 = {"redis": (8, 4), "valkey": (8, 1)}       # SET ... IFEQ on both
 V90 = {"valkey": (9, 0)}                            # DELIFEQ, HSETEX NX|XX
 V91 = {"valkey": (9, 1)}                            # MSETEX
+R84_V91 = {"redis": (8, 4), "valkey": (9, 1)}       # MSETEX on both
 EVERY = {"redis": (0,), "valkey": (0,)}
 
 
@@ -137,7 +143,7 @@ def identify(r):
 
 class Case:
     """cmd: words separated by spaces; {role} placeholders are keys (their
-    type in keys=), {ex} {px} {exat} {pxat} {dump} {script_set} {attr} ... are
+    type in keys=), {ex} {px} {exat} {pxat} {dump} {digest} {script_set} {attr} ... are
     values. absent: keys missing in the setup of the other keys' experiments
     (as MSETNX needs). since, until: the servers that have it (applies())."""
 
@@ -332,30 +338,50 @@ CASES = [
     C("FCALL_RO ttlg_probe_get 1 {key}", key="string"),
 
     # ---- later servers ----
-    # SET ... IFEQ (Valkey 8.1): writes only over an equal value, never
-    # creates; without KEEPTTL it drops the TTL as a plain SET does.
-    C("SET {key} v IFEQ abc", since=V81, key="string"),
-    C("SET {key} v IFEQ abc GET", since=V81, key="string"),
-    C("SET {key} v IFEQ abc KEEPTTL", since=V81, key="string"),
-    C("SET {key} v IFEQ abc EX {ex}", since=V81, key="string"),
-    C("SET {key} v IFEQ abc PXAT {pxat}", since=V81, key="string"),
+    # SET ... IFEQ (Valkey 8.1, Redis 8.4): writes only over an equal value,
+    # never creates; without KEEPTTL it drops the TTL as a plain SET does.
+    C("SET {key} v IFEQ abc", since=R84_V81, key="string"),
+    C("SET {key} v IFEQ abc GET", since=R84_V81, key="string"),
+    C("SET {key} v IFEQ abc KEEPTTL", since=R84_V81, key="string"),
+    C("SET {key} v IFEQ abc EX {ex}", since=R84_V81, key="string"),
+    C("SET {key} v IFEQ abc PXAT {pxat}", since=R84_V81, key="string"),
     # No "SET ... IFEQ nomatch": it writes nothing, but the table cannot know
     # the value and answers for the write (overwrite), which no experiment on
     # a mismatch can see. DELIFEQ's key is "none" either way: both are here.
     # DELIFEQ (Valkey 9.0): deletes the key when its value is the given one.
     C("DELIFEQ {key} abc", since=V90, key="string"),
     C("DELIFEQ {key} nomatch", since=V90, key="string"),
-    # MSETEX (Valkey 9.1): all keys or none.
-    C("MSETEX 2 {key1} v {key2} w", since=V91, key1="string", key2="string"),
-    C("MSETEX 2 {key1} v {key2} w NX", since=V91, absent=("key1", "key2"),
+    # Redis 8.4's IFNE and IFDNE (digest not equal) create a missing key as
+    # SET does; IFDEQ, like IFEQ, never creates. Redis takes NX or XX after a
+    # condition, and the same condition again (the last value counts).
+    C("SET {key} v IFNE nomatch", since=R84, key="string"),
+    C("SET {key} v IFNE nomatch KEEPTTL", since=R84, key="string"),
+    C("SET {key} v IFNE nomatch NX", since=R84, key="string"),
+    C("SET {key} v IFNE nomatch XX", since=R84, key="string"),
+    C("SET {key} v IFNE nomatch PXAT {pxat}", since=R84, key="string"),
+    C("SET {key} v IFEQ abc NX", since=R84, key="string"),
+    C("SET {key} v IFEQ x IFEQ abc", since=R84, key="string"),
+    C("SET {key} v IFDEQ {digest}", since=R84, key="string"),
+    C("SET {key} v IFDEQ {digest} KEEPTTL", since=R84, key="string"),
+    C("SET {key} v IFDNE 0000000000000000 GET", since=R84, key="string"),
+    C("SET {key} v IFDNE 0000000000000000 EX {ex}", since=R84, key="string"),
+    # DELEX (Redis 8.4): deletes the key, or when its value (digest) compares so.
+    C("DELEX {key}", since=R84, key="string"),
+    C("DELEX {key} IFEQ abc", since=R84, key="string"),
+    C("DELEX {key} IFNE abc", since=R84, key="string"),
+    C("DELEX {key} IFDEQ {digest}", since=R84, key="string"),
+    C("DELEX {key} IFDNE {digest}", since=R84, key="string"),
+    # MSETEX (Redis 8.4, Valkey 9.1): all keys or none.
+    C("MSETEX 2 {key1} v {key2} w", since=R84_V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w NX", since=R84_V91, absent=("key1", "key2"),
       key1="string", key2="string"),
-    C("MSETEX 2 {key1} v {key2} w XX", since=V91, key1="string", key2="string"),
-    C("MSETEX 2 {key1} v {key2} w EX {ex}", since=V91, key1="string", key2="string"),
-    C("MSETEX 2 {key1} v {key2} w PX {px}", since=V91, key1="string", key2="string"),
-    C("MSETEX 1 {key} v EXAT {exat}", since=V91, key="string"),
-    C("MSETEX 1 {key} v PXAT {pxat} NX", since=V91, key="string"),
-    C("MSETEX 2 {key1} v {key2} w KEEPTTL", since=V91, key1="string", key2="string"),
-    C("MSETEX 2 {key1} v {key2} w XX KEEPTTL", since=V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w XX", since=R84_V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w EX {ex}", since=R84_V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w PX {px}", since=R84_V91, key1="string", key2="string"),
+    C("MSETEX 1 {key} v EXAT {exat}", since=R84_V91, key="string"),
+    C("MSETEX 1 {key} v PXAT {pxat} NX", since=R84_V91, key="string"),
+    C("MSETEX 2 {key1} v {key2} w KEEPTTL", since=R84_V91, key1="string", key2="string"),
+    C("MSETEX 2 {key1} v {key2} w XX KEEPTTL", since=R84_V91, key1="string", key2="string"),
     # Hash field TTLs (Redis 7.4, Valkey 9.0) are not key TTLs: the key keeps
     # its own, a hash created has none.
     C("HEXPIRE {key} {ex} FIELDS 1 f", since=R74_V90, key="hash"),
@@ -381,6 +407,10 @@ CASES = [
     C("HSETEX {key} XX FIELDS 1 f v", since=V90, key="hash"),
     C("HSETEX {key} XX FNX EX {ex} FIELDS 1 h v", since=V90, key="hash"),
     C("HSETEX {key} NX KEEPTTL FIELDS 1 f v", since=V90, key="hash"),
+    # Options after FIELDS (Redis 8.6; the table has it from 8.4).
+    C("HSETEX {key} FIELDS 1 f v EX {ex}", since=R84, key="hash"),
+    C("HSETEX {key} FIELDS 1 h v PX {px} FNX", since=R84, key="hash"),
+    C("HSETEX {key} FIELDS 1 f v FXX", since=R84, key="hash"),
     # HGETEX (Redis 8.0, Valkey 9.0), HGETDEL (Redis 8.0, Valkey 9.1)
     C("HGETEX {key} FIELDS 1 f", since=R80_V90, key="hash"),
     C("HGETEX {key} EX {ex} FIELDS 1 f", since=R80_V90, key="hash"),
@@ -393,6 +423,32 @@ CASES = [
     C("VADD {key} REDUCE 2 VALUES 3 1 2 3 e1", since=R80, key="vset"),
     C("VREM {key} a", since=R80, key="vset"),
     C("VSETATTR {key} a {attr}", since=R80, key="vset"),
+    # BITOP's operators of Redis 8.2: the destination is overwritten as by OR.
+    C("BITOP DIFF {destination} {source1} {source2}", since=R82, destination="string",
+      source1="string", source2="string"),
+    C("BITOP DIFF1 {destination} {source1} {source2}", since=R82, destination="string",
+      source1="string", source2="string"),
+    C("BITOP ANDOR {destination} {source1} {source2}", since=R82, destination="string",
+      source1="string", source2="string"),
+    C("BITOP ONE {destination} {source}", since=R82, destination="string", source="string"),
+    # Streams of Redis 8.2 to 8.6: KEEPREF|DELREF|ACKED say which entries
+    # trimming may delete; IDMP may add no entry but creates the stream.
+    C("XADD {key} KEEPREF * f v", since=R82, key="stream"),
+    C("XADD {key} ACKED MAXLEN ~ 10 * f v", since=R82, key="stream"),
+    C("XADD {key} NOMKSTREAM DELREF * f v", since=R82, key="stream"),
+    C("XADD {key} IDMP p i * f v", since=R86, key="stream"),
+    C("XADD {key} IDMPAUTO p * f v", since=R86, key="stream"),
+    C("XADD {key} NOMKSTREAM IDMP p i * f v", since=R86, key="stream"),
+    C("XTRIM {key} MAXLEN 0 ACKED", since=R82, key="stream"),
+    C("XTRIM {key} DELREF MINID 2-0", since=R82, key="stream"),
+    C("XACKDEL {key} g IDS 1 1-1", since=R82, key="stream"),
+    C("XACKDEL {key} g DELREF IDS 1 1-1", since=R82, key="stream"),
+    C("XDELEX {key} IDS 1 1-1", since=R82, key="stream"),
+    C("XDELEX {key} ACKED IDS 1 1-1", since=R82, key="stream"),
+    C("XREADGROUP GROUP g c2 CLAIM 0 STREAMS {key} >", since=R84, key="stream"),
+    C("XCFGSET {key} IDMP-DURATION 100", since=R86, key="stream"),
+    C("XCFGSET {key} IDMP-MAXSIZE 50 IDMP-DURATION 60", since=R86, key="stream"),
+    C("XIDMPRECORD {key} p i 1-1", since=R862, key="stream"),
 ]
 
 # The destination gets the source's TTL: source has a TTL of 777 s,
@@ -494,13 +550,48 @@ SYNTAX_CASES = [
     ("ZINTERSTORE {k} 1 {k2} AGGREGATE MAX", False), ("ZDIFFSTORE {k} 1 {k2}", False),
 
     # ---- later servers ----
-    # SET ... IFEQ: an option Valkey 8.1 added, a syntax error before.
-    S("SET {k} v IFEQ x", True, until=V81), S("SET {k} v IFEQ x GET", True, until=V81),
-    S("SET {k} v IFEQ x", False, since=V81), S("SET {k} v ifeq x KEEPTTL GET", False, since=V81),
-    S("SET {k} v GET IFEQ x PX 100", False, since=V81),
-    S("SET {k} v NX IFEQ x", True, since=V81), S("SET {k} v IFEQ x XX", True, since=V81),
+    # SET ... IFEQ: an option Valkey 8.1 and Redis 8.4 added, a syntax error
+    # before. Redis takes NX or XX after it, and the same condition twice;
+    # Valkey takes neither.
+    S("SET {k} v IFEQ x", True, until=R84_V81), S("SET {k} v IFEQ x GET", True, until=R84_V81),
+    S("SET {k} v IFEQ x", False, since=R84_V81),
+    S("SET {k} v ifeq x KEEPTTL GET", False, since=R84_V81),
+    S("SET {k} v GET IFEQ x PX 100", False, since=R84_V81),
+    S("SET {k} v NX IFEQ x", True, since=R84_V81), S("SET {k} v XX IFEQ x", True, since=R84_V81),
+    S("SET {k} v IFEQ x XX", True, since=V81), S("SET {k} v IFEQ x XX", False, since=R84),
+    S("SET {k} v IFEQ x NX", True, since=V81), S("SET {k} v IFEQ x NX", False, since=R84),
     S("SET {k} v IFEQ", True), S("SET {k} v IFEQ x IFEQ y", True, since=V81),
+    S("SET {k} v IFEQ x IFEQ y", False, since=R84),
     S("SET {k} v IFEQ x EX 0", True), S("SET {k} v IFEQ x KEEPTTL EX 10", True),
+    # Redis 8.4's IFNE, IFDEQ, IFDNE: one condition at a time; the digest is
+    # checked only against an existing string (a missing key here).
+    S("SET {k} v IFNE x", True, until=R84), S("SET {k} v IFNE x", False, since=R84),
+    S("SET {k} v IFDEQ zz", False, since=R84),
+    S("SET {k} v ifdne zz ifdne yy GET", False, since=R84),
+    S("SET {k} v IFEQ x IFNE y", True, since=R84), S("SET {k} v IFDEQ x IFDNE y", True, since=R84),
+    S("SET {k} v XX IFDNE x", True, since=R84), S("SET {k} v IFNE x NX XX", True, since=R84),
+    S("SET {k} v IFDNE", True, since=R84), S("SET {k} v IFNE x KEEPTTL EX 10", True, since=R84),
+    # DELEX: one condition and its value, or none.
+    S("DELEX {k}", False, since=R84), S("DELEX {k} IFNE x", False, since=R84),
+    # BITOP's operators of Redis 8.2: DIFF, DIFF1, ANDOR need two sources.
+    S("BITOP ONE {k} {k2}", True, until=R82), S("BITOP one {k} {k2}", False, since=R82),
+    S("BITOP DIFF {k} {k2}", True, since=R82), S("BITOP DIFF1 {k} {k2}", True, since=R82),
+    S("BITOP ANDOR {k} {k2}", True, since=R82), S("BITOP diff1 {k} {k2} {k3}", False, since=R82),
+    S("BITOP ANDOR {k} {k2} {k3} {k2}", False, since=R82),
+    # XADD's KEEPREF|DELREF|ACKED (Redis 8.2), IDMPAUTO|IDMP (8.6): one of each;
+    # a second reference option is read as the ID.
+    S("XADD {k} KEEPREF * f v", True, until=R82), S("XADD {k} KEEPREF * f v", False, since=R82),
+    S("XADD {k} nomkstream acked MAXLEN ~ 5 LIMIT 2 * f v", False, since=R82),
+    S("XADD {k} KEEPREF DELREF * f v", True, since=R82),
+    S("XADD {k} MAXLEN ACKED * f v", True, since=R82),
+    S("XADD {k} IDMP p i * f v", True, until=R86), S("XADD {k} IDMP p i * f v", False, since=R86),
+    S("XADD {k} IDMPAUTO p MAXLEN 5 * f v", False, since=R86),
+    S("XADD {k} IDMP p i 1-1 f v", True, since=R86),
+    S("XADD {k} IDMP p {empty} * f v", True, since=R86),
+    S("XADD {k} IDMPAUTO {empty} * f v", True, since=R86),
+    S("XADD {k} IDMPAUTO p IDMP p i * f v", True, since=R86),
+    S("XADD {k} IDMPAUTO p IDMPAUTO q * f v", True, since=R86),
+    S("XADD {k} IDMP p * f v", True, since=R86), S("XADD {k} IDMPAUTO", True, since=R86),
     # DELIFEQ: arity only.
     S("DELIFEQ {k}", True, since=V90), S("DELIFEQ {k} v", False, since=V90),
     # HSETEX (opt_hsetex). Redis 8 refuses a repeated option; Valkey 9 parses
@@ -514,8 +605,8 @@ SYNTAX_CASES = [
     S("HSETEX {k} FIELDS 1 f v g w", True, since=R80_V90),
     S("HSETEX {k} FIELDS 1 f v g", True, since=R80_V90),
     S("HSETEX {k} FIELDS 1 f", True, since=R80_V90),
-    S("HSETEX {k} FIELDS 1 f v EX 10", True, since=R80_V90),
-    S("HSETEX {k} FIELDS 1 f v FIELDS 1 g w", True, since=R80_V90),
+    S("HSETEX {k} FIELDS 1 f v EX 10", True, since=R80_V90, until=R84),
+    S("HSETEX {k} FIELDS 1 f v FIELDS 1 g w", True, since=R80_V90, until=R84),
     S("HSETEX {k} FIELDS 0 f v", True, since=R80_V90),
     S("HSETEX {k} FIELDS -1 f v", True, since=R80_V90),
     S("HSETEX {k} FIELDS x f v", True, since=R80_V90),
@@ -561,26 +652,39 @@ SYNTAX_CASES = [
     S("HSETEX {k} NX NX FIELDS 1 f v", False, since=V90),
     S("HSETEX {k} NX XX FIELDS 1 f v", True, since=V90),
     S("HSETEX {k} XX NX FIELDS 1 f v", True, since=V90),
-    # MSETEX (opt_msetex)
-    S("MSETEX 1 {k} v", False, since=V91), S("MSETEX 2 {k} v {k2} w NX EX 10", False, since=V91),
-    S("MSETEX 0 {k} v", True, since=V91), S("MSETEX 0", True, since=V91),
-    S("MSETEX -1 {k} v", True, since=V91), S("MSETEX x {k} v", True, since=V91),
-    S("MSETEX 01 {k} v", True, since=V91), S("MSETEX 2147483648 {k} v", True, since=V91),
-    S("MSETEX 2 {k} v", True, since=V91), S("MSETEX 2 {k} v {k2}", True, since=V91),
-    S("MSETEX 1 {k} v {k2}", True, since=V91), S("MSETEX 1 {k} v {k2} w", True, since=V91),
-    S("MSETEX 1 {k} v EX 0", True, since=V91), S("MSETEX 1 {k} v EX -1", True, since=V91),
-    S("MSETEX 1 {k} v EX", True, since=V91), S("MSETEX 1 {k} v EX x", True, since=V91),
-    S("MSETEX 1 {k} v PX 9223372036854775807", True, since=V91),
-    S("MSETEX 1 {k} v NX XX", True, since=V91), S("MSETEX 1 {k} v XX NX", True, since=V91),
-    S("MSETEX 1 {k} v EX 10 PX 10", True, since=V91),
-    S("MSETEX 1 {k} v EX 10 EX 20", False, since=V91),
-    S("MSETEX 1 {k} v KEEPTTL EX 10", True, since=V91),
-    S("MSETEX 1 {k} v EX 10 KEEPTTL", True, since=V91),
-    S("MSETEX 1 {k} v NX NX", False, since=V91),
-    S("MSETEX 1 {k} v KEEPTTL KEEPTTL", False, since=V91),
-    S("MSETEX 1 {k} v GET", True, since=V91), S("MSETEX 1 {k} v FOO", True, since=V91),
-    S("MSETEX 1 {k} v xx keepttl", False, since=V91),
-    S("MSETEX 1 {k} v EX 10 NX", False, since=V91),
+    # Options after FIELDS: Redis 8.6 (the table takes them from 8.4); a
+    # second FIELDS is refused since 8.6.2, the last one counted before.
+    S("HSETEX {k} FIELDS 1 f v EX 10", False, since=R84),
+    S("HSETEX {k} FIELDS 1 f v PX 10000 fnx", False, since=R84),
+    S("HSETEX {k} FIELDS 1 f v FIELDS 1 g w", False, since=R84, until=R862),
+    S("HSETEX {k} FIELDS 1 f v FIELDS 1 g w", True, since=R862),
+    S("HSETEX {k} EX 10 FIELDS 1 f v PX 10", True, since=R84),
+    S("HSETEX {k} FIELDS 1 f v EX", True, since=R84),
+    S("HSETEX {k} FIELDS 1 f v EX -1", True, since=R84),
+    S("HSETEX {k} FIELDS 1 f v FXX FNX", True, since=R84),
+    S("HSETEX {k} FIELDS 1 f v KEEPTTL PERSIST", True, since=R84),
+    S("HSETEX {k} FIELDS 2 f v g", True, since=R84),
+    # MSETEX (opt_msetex): Redis 8.4 and Valkey 9.1 parse it alike
+    S("MSETEX 1 {k} v", False, since=R84_V91),
+    S("MSETEX 2 {k} v {k2} w NX EX 10", False, since=R84_V91),
+    S("MSETEX 0 {k} v", True, since=R84_V91), S("MSETEX 0", True, since=R84_V91),
+    S("MSETEX -1 {k} v", True, since=R84_V91), S("MSETEX x {k} v", True, since=R84_V91),
+    S("MSETEX 01 {k} v", True, since=R84_V91), S("MSETEX 2147483648 {k} v", True, since=R84_V91),
+    S("MSETEX 2 {k} v", True, since=R84_V91), S("MSETEX 2 {k} v {k2}", True, since=R84_V91),
+    S("MSETEX 1 {k} v {k2}", True, since=R84_V91), S("MSETEX 1 {k} v {k2} w", True, since=R84_V91),
+    S("MSETEX 1 {k} v EX 0", True, since=R84_V91), S("MSETEX 1 {k} v EX -1", True, since=R84_V91),
+    S("MSETEX 1 {k} v EX", True, since=R84_V91), S("MSETEX 1 {k} v EX x", True, since=R84_V91),
+    S("MSETEX 1 {k} v PX 9223372036854775807", True, since=R84_V91),
+    S("MSETEX 1 {k} v NX XX", True, since=R84_V91), S("MSETEX 1 {k} v XX NX", True, since=R84_V91),
+    S("MSETEX 1 {k} v EX 10 PX 10", True, since=R84_V91),
+    S("MSETEX 1 {k} v EX 10 EX 20", False, since=R84_V91),
+    S("MSETEX 1 {k} v KEEPTTL EX 10", True, since=R84_V91),
+    S("MSETEX 1 {k} v EX 10 KEEPTTL", True, since=R84_V91),
+    S("MSETEX 1 {k} v NX NX", False, since=R84_V91),
+    S("MSETEX 1 {k} v KEEPTTL KEEPTTL", False, since=R84_V91),
+    S("MSETEX 1 {k} v GET", True, since=R84_V91), S("MSETEX 1 {k} v FOO", True, since=R84_V91),
+    S("MSETEX 1 {k} v xx keepttl", False, since=R84_V91),
+    S("MSETEX 1 {k} v EX 10 NX", False, since=R84_V91),
 ]
 
 
@@ -687,7 +791,13 @@ class Probe:
             "attr": b'{"size": 3}',
             "empty": b"",
         }
-        self.r.delete(PREFIX + "dumped")
+        try:
+            # The digest of "abc", a "string" key's value (DIGEST: Redis 8.4).
+            self.r.set(PREFIX + "digested", "abc")
+            self.values["digest"] = self.r.execute_command("DIGEST", PREFIX + "digested")
+        except redis.ResponseError:
+            self.values["digest"] = b"0000000000000000"
+        self.r.delete(PREFIX + "dumped", PREFIX + "digested")
         self.r.execute_command("FUNCTION LOAD REPLACE", LIBRARY)
 
     def close(self):
