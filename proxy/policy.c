@@ -967,21 +967,23 @@ static enum verdict rewrite_command(const struct request *req, const struct poli
     for (int i = 0; i < np; i++)
         if (found[i].effect == EFF_DROPS_TTL)
             create_only = 0;
-    /* A derived command's reply is of a type the table does not know: only
-     * the MULTI form returns it unchanged in both protocols. A key it may
-     * overwrite then gets the rule's TTL rather than its own expiry back. */
-    if (flags & CMD_DERIVED)
+    /* A derived command's reply, or a documented one's, is of a type no
+     * experiment checked: only the MULTI form returns it unchanged in both
+     * protocols. A key it may overwrite then gets the rule's TTL rather than
+     * its own expiry back. */
+    unsigned unchecked = flags & (CMD_DERIVED | CMD_DOCUMENTED);
+    if (unchecked)
         create_only = 1;
 
     if (np > 0 && create_only && !blocks && ctx->can_multi) {
         multi_form(req, modified, argc, np, rw);
         return V_REWRITE;
     }
-    if (np > 0 && id == CID_MSET && ctx->can_multi && !(flags & CMD_DERIVED)) {
+    if (np > 0 && id == CID_MSET && ctx->can_multi && !unchecked) {
         mset_form(req, np, rw);
         return V_REWRITE;
     }
-    if (np > 0 && !(flags & (CMD_NOSCRIPT | CMD_DERIVED)) && !blocks && argc < MAX_WRAP_ARGS) {
+    if (np > 0 && !(flags & CMD_NOSCRIPT) && !unchecked && !blocks && argc < MAX_WRAP_ARGS) {
         wrap_form(req, id, modified, argc, np, rw);
         return V_REWRITE;
     }
@@ -1041,7 +1043,9 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     }
     struct slice name = req->argv[0];
     const char *derived = flags & CMD_DERIVED ?
-        "classified from the server's key specs, not verified by experiment" : NULL;
+        "classified from the server's key specs, not verified by experiment" :
+        flags & CMD_DOCUMENTED ?
+        "classified from the server's documentation, not verified by experiment" : NULL;
     if (reject >= 0) {
         /* The command does not run: every finding was refused with it. */
         for (int i = 0; i < nf; i++)
