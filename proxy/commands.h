@@ -211,8 +211,9 @@ int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
 
 /* Every key argv names, whatever the command does to it, as far as its key
  * specs find them (options parsers not run): for rules about commands that
- * cannot be judged. Each key's effect is TE_NONE when its role is one the
- * command only reads (a source), else TE_CREATE: it may be written. Returns
+ * cannot be judged, whatever argc the table allows. Each key's effect is
+ * TE_NONE when its role is one the command only reads (a source), else
+ * TE_CREATE: it may be written. Returns
  * the count (0 when none can be found), or -1 when the keys cannot be known
  * (unknown names, CMD_KEYS_UNKNOWN rows). */
 int command_key_args(const struct cmd_info *ci, int argc, const struct slice *argv,

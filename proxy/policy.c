@@ -1019,9 +1019,17 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     if (ctx->cmd == NULL)
         return unjudged(cfg, req, ctx, "unknown command", rw);
     const struct command *cmd = ctx->cmd->row;
-    if (cmd == NULL || !command_arity_ok(cmd, req->argc))
-        return V_FORWARD;               /* a read, or Redis answers the arity error */
+    if (cmd == NULL)
+        return V_FORWARD;               /* a read */
     unsigned flags = command_flags(cmd);
+    if (!command_arity_ok(cmd, req->argc)) {
+        /* Redis answers the arity error; a server newer than the table may
+         * have given the command more arguments. */
+        if (!(ctx->cmd->feat & FT_NEWER))
+            return V_FORWARD;
+        ensure_cap(req->argc);
+        return unjudged(cfg, req, ctx, unjudged_why(flags, ctx->cmd->feat), rw);
+    }
 
     ensure_cap(req->argc);
     int nk = command_keys(ctx->cmd, req->argc, req->argv, keys);

@@ -533,3 +533,26 @@ Test(key_args, every_key_whatever_the_effect)
     cr_assert(k[0].argi == 3 && k[1].argi == 7 && k[2].argi == 8);
     command_set_free(set);
 }
+
+/* The keys of a command the proxy cannot judge are found at their positions
+ * whatever argc the table allows (a newer server may take more arguments),
+ * and a role the command only reads is TE_NONE: protection leaves it alone. */
+Test(key_args, whatever_the_arity_and_sources_read_only)
+{
+    struct command_set *set = set_for("redis:7.0.15");
+    struct slice getset[] = { { "GETSET", 6 }, { "k", 1 }, { "v", 1 }, { "extra", 5 } };
+    struct slice bitop[] = { { "BITOP", 5 }, { "OR", 2 }, { "d", 1 }, { "s1", 2 }, { "s2", 2 } };
+    struct key_ref k[8];
+
+    const struct cmd_info *ci = command_resolve(set, "getset", 6);
+    cr_assert_not(command_arity_ok(ci->row, 4));
+    cr_assert_eq(command_key_args(ci, 4, getset, k), 1);
+    cr_assert(k[0].argi == 1 && k[0].effect == TE_CREATE);
+
+    ci = command_resolve(set, "bitop", 5);
+    cr_assert_eq(command_key_args(ci, 5, bitop, k), 3);
+    cr_assert(k[0].argi == 2 && k[0].effect == TE_CREATE);
+    cr_assert(k[1].argi == 3 && k[1].effect == TE_NONE);
+    cr_assert(k[2].argi == 4 && k[2].effect == TE_NONE);
+    command_set_free(set);
+}
