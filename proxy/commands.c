@@ -1414,18 +1414,22 @@ int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
     unsigned feat = ci->feat;
     int n = 0;
 
+    /* On a server newer than the table, what the table refuses may be
+     * arguments it does not know: not judged (-2) rather than refused. */
+    int refused = feat & FT_NEWER ? -2 : -1;
+
     if (!command_arity_ok(c, argc))
-        return -1;
+        return refused;
     if (c->subs != NULL) {
         const struct command *sub = sub_lookup(c, argv[1]);
 
         if (sub == NULL && (c->flags & CMD_PARTIAL))
             return 0;                   /* a read */
         if (sub == NULL)
-            return feat & FT_NEWER ? -2 : -1;
+            return refused;
         c = sub;
         if (!command_arity_ok(c, argc))
-            return -1;
+            return refused;
     }
     if (c->flags & (CMD_UNVERIFIED | CMD_UNJUDGED))
         return -2;
@@ -1439,14 +1443,12 @@ int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
     if (c->options != NULL) {
         int rc = c->options(argc, argv, feat, use);
 
-        if (rc == -1 && (feat & FT_NEWER))
-            return -2;
         if (rc != 0)
-            return rc;
+            return rc == -1 ? refused : rc;
     }
     for (int i = 0; i < c->nspecs && n >= 0; i++)
         n = spec_keys(&c->specs[i], &use[i], argc, argv, out, n);
-    return n;
+    return n < 0 ? refused : n;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -200,9 +200,10 @@ int command_arity_ok(const struct command *c, int argc);
  * (wrong arity, bad option, bad numkeys): the proxy then forwards the command
  * unchanged and lets the server answer the error. Returns -2 when the proxy
  * cannot judge this argv: always for CMD_UNVERIFIED and CMD_UNJUDGED commands,
- * for COPY ... DB n (the destination is in another database), and for
- * arguments a parser refuses on a server newer than the table (FT_NEWER);
- * pass it and record it as unverified. For CMD_SCRIPT commands the keys are
+ * for COPY ... DB n (the destination is in another database), and on a
+ * server newer than the table (FT_NEWER) for whatever the table would
+ * refuse (arguments, their count, a subcommand): the proxy's rule option
+ * `unknown` decides. For CMD_SCRIPT commands the keys are
  * the declared ones (numkeys), each with effect TE_OVERWRITE; EVAL_RO,
  * EVALSHA_RO and FCALL_RO return no keys (the server refuses writes inside
  * them). */

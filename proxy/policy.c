@@ -1019,17 +1019,11 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     if (ctx->cmd == NULL)
         return unjudged(cfg, req, ctx, "unknown command", rw);
     const struct command *cmd = ctx->cmd->row;
-    if (cmd == NULL)
-        return V_FORWARD;               /* a read */
+    /* A read; or Redis answers the arity error (but a server newer than the
+     * table may have given the command more arguments: command_keys()). */
+    if (cmd == NULL || (!command_arity_ok(cmd, req->argc) && !(ctx->cmd->feat & FT_NEWER)))
+        return V_FORWARD;
     unsigned flags = command_flags(cmd);
-    if (!command_arity_ok(cmd, req->argc)) {
-        /* Redis answers the arity error; a server newer than the table may
-         * have given the command more arguments. */
-        if (!(ctx->cmd->feat & FT_NEWER))
-            return V_FORWARD;
-        ensure_cap(req->argc);
-        return unjudged(cfg, req, ctx, unjudged_why(flags, ctx->cmd->feat), rw);
-    }
 
     ensure_cap(req->argc);
     int nk = command_keys(ctx->cmd, req->argc, req->argv, keys);

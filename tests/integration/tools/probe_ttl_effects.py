@@ -932,10 +932,14 @@ def row_name(argv):
     return name
 
 
-def run_cases(probe, command_eval, cases=CASES, server=None):
+def run_cases(probe, command_eval, cases=CASES, server=None, newer=False):
     """Every case the server has (server: (kind, version), default the
     probe's) and every key of it: a Result, .problem set when table and
-    server disagree."""
+    server disagree. newer: the server is newer than the table (`ttlguard
+    commands` says so): a command without a row is derived from the server's
+    key specs by the proxy, and one the table cannot judge (-2) is protected
+    (rule option unknown = protect), so either is fine as long as the server
+    itself names the key (COMMAND GETKEYS)."""
     server = server or probe.server
     cases = [c for c in cases if c.applies(server)]
     argvs = [probe.argv(c.cmd) for c in cases]
@@ -950,7 +954,11 @@ def run_cases(probe, command_eval, cases=CASES, server=None):
             effect, unit, ttl_argi = ans.keys.get(argi, ("none", None, -1))
             allowed = allowed_effects(a, b)
             problem = None
-            if ans.rc is None:
+            if newer and (ans.rc is None or ans.rc == -2):
+                effect = "derived" if ans.rc is None else "protected"
+                if PREFIX + key not in server_keys:
+                    problem = "%s, but COMMAND GETKEYS does not list it" % effect
+            elif ans.rc is None:
                 problem = "no row in the table"
             elif ans.rc < 0:
                 problem = "table: command_keys() = %d" % ans.rc
@@ -962,7 +970,8 @@ def run_cases(probe, command_eval, cases=CASES, server=None):
                 if not got or abs(got[0] - want) > TOLERANCE_MS:
                     problem = "TTL from argv[%d] as %s is %d ms, the server set %s" % (
                         ttl_argi, unit, want, pttls)
-            if problem is None and effect != "none" and PREFIX + key not in server_keys:
+            if problem is None and effect not in ("none", "derived", "protected") and \
+                    PREFIX + key not in server_keys:
                 problem = "COMMAND GETKEYS does not list it"
             results.append(Result(case, key, argi, a, b, allowed, effect, problem,
                                   row_name(argv)))
@@ -985,9 +994,11 @@ def syntax_cases(server):
     return [c for c in cases if c.applies(server)]
 
 
-def run_syntax(probe, command_eval, server=None):
+def run_syntax(probe, command_eval, server=None, newer=False):
     """[(cmd, refused_by_server, table_rc, problem)] for the cases the server
-    has (server: (kind, version), default the probe's)."""
+    has (server: (kind, version), default the probe's). newer: the server is
+    newer than the table, which then answers -2 (not judged) for what it
+    would refuse: only a -1 for what the server accepts is a problem."""
     server = server or probe.server
     cases = syntax_cases(server)
     argvs = [probe.argv(case.cmd) for case in cases]
@@ -999,6 +1010,9 @@ def run_syntax(probe, command_eval, server=None):
         problem = None
         if refused != expect:
             problem = "the case expects the server to %s it" % ("refuse" if expect else "accept")
+        elif newer:
+            if not refused and ans.rc == -1:
+                problem = "server accepts, command_keys() = -1 (passed unjudged)"
         elif refused != (ans.rc == -1):
             problem = "server %s, command_keys() = %s" % (
                 "refuses" if refused else "accepts", ans.rc)
