@@ -61,6 +61,14 @@ jobs=$(nproc)
 failed=0
 summary=()
 
+# pytest's skips by reason, from its -rs lines in $1: "  N× reason" each,
+# most first ("SKIPPED [3] tests/x.py:12: why" -> 3 for "why").
+pytest_skips() {
+    sed -n -E 's/^SKIPPED \[([0-9]+)\] [^:]+:[0-9]+: (.*)$/\1\t\2/p' "$1" |
+        awk -F'\t' '{ n[$2] += $1 } END { for (r in n) printf "%d\t%s\n", n[r], r }' |
+        sort -rn | awk -F'\t' '{ printf "      %d skipped: %s\n", $1, substr($2, 1, 150) }'
+}
+
 # pytest's closing counts ("2742 passed, 9 skipped") from its output in $1;
 # empty when it printed none.
 pytest_counts() {
@@ -73,7 +81,7 @@ pytest_counts() {
 # step LABEL KIND COMMAND...   (KIND: pytest, ctest, or plain: a closing
 # "N passed, M failed" line)
 step() {
-    local label=$1 kind=$2 out counts rc=0
+    local label=$1 kind=$2 out counts skips="" rc=0
     shift 2
     out=$(mktemp)
     # pipefail (set above): the status is the command's unless tee failed.
@@ -81,7 +89,7 @@ step() {
     case "$kind" in
     ctest) counts=$({ grep -E 'tests passed, [0-9]+ tests failed' "$out" || true; } | tail -n 1) ;;
     plain) counts=$({ grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" || true; } | tail -n 1) ;;
-    *) counts=$(pytest_counts "$out") ;;
+    *) counts=$(pytest_counts "$out"); skips=$(pytest_skips "$out") ;;
     esac
     case "$counts" in
     "0 passed"* | "0% tests passed"* | "") [ "$rc" -ne 0 ] || counts="" ;;
@@ -95,6 +103,7 @@ step() {
     else
         summary+=("$label: ok ($counts)")
     fi
+    [ -z "$skips" ] || summary+=("$skips")
 }
 
 run_pass() {
@@ -108,7 +117,7 @@ run_pass() {
     step "$name unit" ctest ctest --test-dir "$dir" --output-on-failure --no-tests=error
     echo "== [$name] integration tests"
     step "$name integration" pytest env TTLG_BIN="$PWD/$dir/ttlguard" \
-        /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"
+        /usr/bin/python3 -m pytest -q -rs tests/integration "${pytest_args[@]}"
 }
 
 # The integration tests again, under a label, with environment settings:
@@ -120,7 +129,7 @@ run_integration() {
     shift 3
     echo "== [$name] integration tests, $label"
     step "$name integration ($label)" pytest env "$@" TTLG_BIN="$PWD/$dir/ttlguard" \
-        /usr/bin/python3 -m pytest -q tests/integration "${pytest_args[@]}"
+        /usr/bin/python3 -m pytest -q -rs tests/integration "${pytest_args[@]}"
 }
 
 run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
