@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "cluster.h"
+#include "commands.h"
 #include "resp_value.h"
 #include "server.h"
 #include "util.h"
@@ -313,6 +314,118 @@ static void rewrite_nodes_text(struct rv_tree *t, struct rv *v)
     free(out.p);
 }
 
+/* The node at host:port, as a node's own reply names it (ROLE, INFO
+ * replication: its replicas, or its primary). */
+static struct cnode *node_at(struct slice host, int port)
+{
+    struct node_ref r = { .host = host, .port = port };
+    return port > 0 ? node_learn(&r) : NULL;
+}
+
+/* A port given as a string (ROLE's replica entries) or an integer. */
+static void set_port_any(struct rv_tree *t, struct rv *v, int port)
+{
+    char num[16];
+    int n = snprintf(num, sizeof num, "%d", port);
+    if (v != NULL && (v->type == ':' || v->type == '$' || v->type == '+'))
+        rv_set_str(t, v, num, (size_t)n);
+}
+
+static int port_any(const struct rv *v)
+{
+    long long p;
+    if (v == NULL || v->s == NULL || slice_to_ll((struct slice){ v->s, v->len }, &p) != 0 ||
+        p <= 0 || p > 65535)
+        return 0;
+    return (int)p;
+}
+
+/* ROLE: ["master", offset, [[ip, port, offset], ...]] or ["slave", ip,
+ * port, state, offset] (Valkey says "replica" too): the addresses become
+ * the ones clients reach the nodes at through the proxy. */
+static void rewrite_role(struct rv_tree *t, struct rv *v)
+{
+    if (v->type != '*' || v->n < 3)
+        return;
+    if (rv_is(&v->el[0], "master") && v->el[2].type == '*') {
+        for (size_t i = 0; i < v->el[2].n; i++) {
+            struct rv *r = &v->el[2].el[i];
+            if (r->type != '*' || r->n < 2)
+                continue;
+            struct cnode *c = node_at(text_of(&r->el[0]), port_any(&r->el[1]));
+            set_host(t, &r->el[0]);
+            set_port_any(t, &r->el[1], node_port(c));
+        }
+    } else if (rv_is(&v->el[0], "slave") || rv_is(&v->el[0], "replica")) {
+        struct cnode *c = node_at(text_of(&v->el[1]), port_any(&v->el[2]));
+        set_host(t, &v->el[1]);
+        set_port_any(t, &v->el[2], node_port(c));
+    }
+}
+
+/* One "key:value" line of INFO's replication section, into out: a
+ * replica's master_host/master_port, a primary's "slaveN:ip=..,port=..,..". */
+static void rewrite_info_line(struct sbuf *out, const char *p, size_t n, struct slice *mhost)
+{
+    static const char hostk[] = "master_host:", portk[] = "master_port:";
+    char line[160];
+    if (n > sizeof hostk - 1 && memcmp(p, hostk, sizeof hostk - 1) == 0) {
+        *mhost = (struct slice){ p + sizeof hostk - 1, n - (sizeof hostk - 1) };
+        int k = snprintf(line, sizeof line, "%s%s", hostk, announce_host());
+        sbuf_add(out, line, (size_t)k);
+        return;
+    }
+    long long port;
+    if (n > sizeof portk - 1 && memcmp(p, portk, sizeof portk - 1) == 0 &&
+        slice_to_ll((struct slice){ p + sizeof portk - 1, n - (sizeof portk - 1) }, &port) == 0) {
+        int k = snprintf(line, sizeof line, "%s%d", portk,
+                         node_port(node_at(*mhost, (int)port)));
+        sbuf_add(out, line, (size_t)k);
+        return;
+    }
+    const char *ip = n > 5 && memcmp(p, "slave", 5) == 0 ? memmem(p, n, ":ip=", 4) : NULL;
+    const char *pk = ip != NULL ? memmem(ip, (size_t)(p + n - ip), ",port=", 6) : NULL;
+    const char *pe = pk != NULL ? memchr(pk + 6, ',', (size_t)(p + n - pk - 6)) : NULL;
+    if (pk == NULL || slice_to_ll((struct slice){ pk + 6, (size_t)((pe ? pe : p + n) - pk - 6) },
+                                  &port) != 0) {
+        sbuf_add(out, p, n);
+        return;
+    }
+    struct slice host = { ip + 4, (size_t)(pk - ip - 4) };
+    int k = snprintf(line, sizeof line, "ip=%s,port=%d", announce_host(),
+                     node_port(node_at(host, (int)port)));
+    sbuf_add(out, p, (size_t)(ip + 1 - p));
+    sbuf_add(out, line, (size_t)k);
+    if (pe != NULL)
+        sbuf_add(out, pe, (size_t)(p + n - pe));
+}
+
+/* INFO's text (every line), into a new string value of v. master_host
+ * comes before master_port in Redis's and Valkey's replication section. */
+static void rewrite_info_text(struct rv_tree *t, struct rv *v)
+{
+    struct sbuf out = { 0 };
+    struct slice mhost = { "", 0 };
+    const char *p = v->s, *end = v->s + v->len;
+    if (v->type == '=' && v->len >= 4) {       /* RESP3 verbatim: "txt:" first */
+        sbuf_add(&out, p, 4);
+        p += 4;
+    }
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
+        size_t cr = len > 0 && p[len - 1] == '\r';
+        rewrite_info_line(&out, p, len - cr, &mhost);
+        if (cr)
+            sbuf_add(&out, "\r", 1);
+        if (nl != NULL)
+            sbuf_add(&out, "\n", 1);
+        p += len + (nl != NULL);
+    }
+    rv_set_str(t, v, out.p != NULL ? out.p : "", out.len);
+    free(out.p);
+}
+
 /* A redirect: -MOVED <slot> <host>:<port>, or -ASK. */
 struct redirect {
     const char *word;           /* "MOVED" or "ASK" */
@@ -389,6 +502,13 @@ static void rewrite_value(struct rv_tree *t, struct rv *v, enum topo_kind kind)
             if (v->el[i].type == '$' || v->el[i].type == '=')
                 rewrite_nodes_text(t, &v->el[i]);
         break;
+    case TOPO_ROLE:
+        rewrite_role(t, v);
+        break;
+    case TOPO_INFO:
+        if (v->type == '$' || v->type == '=')
+            rewrite_info_text(t, v);
+        break;
     case TOPO_NONE:
     case TOPO_EXEC:
         break;
@@ -426,8 +546,28 @@ char *cluster_rewrite(enum topo_kind kind, const char *p, size_t n, const struct
     return out;
 }
 
-enum topo_kind cluster_topology_kind(int argc, const struct slice *argv)
+/* INFO [section ...]: whether the reply has the replication section (no
+ * section is "default"). */
+static int info_has_replication(int argc, const struct slice *argv)
 {
+    static const char *const with[] = { "replication", "all", "everything", "default" };
+    if (argc == 1)
+        return 1;
+    for (int i = 1; i < argc; i++)
+        for (size_t k = 0; k < sizeof with / sizeof with[0]; k++)
+            if (slice_eq_nocase(argv[i], with[k]))
+                return 1;
+    return 0;
+}
+
+enum topo_kind cluster_topology_kind(int id, int argc, const struct slice *argv)
+{
+    if (id == CID_ROLE)
+        return argc == 1 ? TOPO_ROLE : TOPO_NONE;
+    if (id == CID_INFO)
+        return info_has_replication(argc, argv) ? TOPO_INFO : TOPO_NONE;
+    if (id != CID_CLUSTER)
+        return TOPO_NONE;
     if (argc != 2 && !(argc == 3 && (slice_eq_nocase(argv[1], "replicas") ||
                                      slice_eq_nocase(argv[1], "slaves"))))
         return TOPO_NONE;

@@ -42,6 +42,8 @@ enum topo_kind {
     TOPO_SHARDS,        /* CLUSTER SHARDS */
     TOPO_NODES,         /* CLUSTER NODES */
     TOPO_REPLICAS,      /* CLUSTER REPLICAS / SLAVES */
+    TOPO_ROLE,          /* ROLE: the primary's replicas, a replica's primary */
+    TOPO_INFO,          /* INFO with its replication section: master_host, slaveN:ip= */
     TOPO_EXEC,          /* EXEC of a MULTI that queued some of the above */
 };
 
@@ -91,8 +93,10 @@ void cluster_free(void);
 /* Periodic topology refresh; now in monotonic ms. */
 void cluster_cron(uint64_t now);
 
-/* CLUSTER <sub> ...: the topology reply it asks for, or TOPO_NONE. */
-enum topo_kind cluster_topology_kind(int argc, const struct slice *argv);
+/* The reply naming node addresses that a request asks for (CLUSTER SLOTS,
+ * SHARDS, NODES, REPLICAS, ROLE, INFO [replication|all|everything|default]),
+ * or TOPO_NONE. id: the command's enum cmd_id. */
+enum topo_kind cluster_topology_kind(int id, int argc, const struct slice *argv);
 
 /* The reply (n complete bytes) rewritten for clients: the topology reply of
  * kind, or any error reply (a redirect is rewritten, other errors are not;

@@ -622,8 +622,10 @@ static void track_request(struct session *s, const struct request *req, enum cmd
         p->what = PW_SYNC;
         break;
     case CID_CLUSTER:
+    case CID_ROLE:
+    case CID_INFO:
         if (s->srv->cfg->cluster) {
-            p->subkind = (uint8_t)cluster_topology_kind(req->argc, req->argv);
+            p->subkind = (uint8_t)cluster_topology_kind(id, req->argc, req->argv);
             if (p->subkind != TOPO_NONE)
                 p->what = PW_TOPOLOGY;
         }
@@ -1027,7 +1029,7 @@ static void send_request(struct session *s, const struct request *req, enum verd
  * EXEC's reply can have its topology replies rewritten, and only those. */
 static void note_queued_topology(struct session *s, const struct request *req, enum cmd_id id)
 {
-    char kind = id == CID_CLUSTER ? (char)cluster_topology_kind(req->argc, req->argv) : TOPO_NONE;
+    char kind = (char)cluster_topology_kind(id, req->argc, req->argv);
     sbuf_add(&s->multi_topo, &kind, 1);
     s->multi_topo_any |= kind != TOPO_NONE;
 }

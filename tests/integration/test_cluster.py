@@ -411,6 +411,54 @@ def test_topology_replies_name_only_proxy_ports(cluster, cproxy, proto):
                 (nid, port, me)
 
 
+def _info_addresses(text):
+    """INFO replication's addresses: [("master", host, port)] on a replica,
+    [("slave", ip, port), ...] on a primary."""
+    out = []
+    f = dict(l.split(":", 1) for l in text.decode().splitlines() if ":" in l)
+    if "master_host" in f:
+        out.append(("master", f["master_host"], int(f["master_port"])))
+    for k, v in f.items():
+        if k.startswith("slave") and k[5:].isdigit():
+            kv = dict(x.split("=", 1) for x in v.split(","))
+            out.append(("slave", kv["ip"], int(kv["port"])))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("proto", [2, 3])
+def test_role_and_info_name_only_proxy_ports(cluster, cproxy, proto):
+    """ROLE and INFO replication name a node's primary or replicas: through
+    each node's port, by ttlguard's port of the same node (the one CLUSTER
+    NODES gives it), never a real one; the rest is the node's own reply.
+    Plain and inside MULTI."""
+    p = cproxy(cluster)
+    ports = p.node_ports()
+    proxied = {real: ports[cluster.myid(real)] for real in cluster.ports}
+    for real in cluster.ports:
+        with Conn(real) as d:
+            role_d = d.cmd("ROLE")
+            info_d = _info_addresses(d.cmd("INFO", "replication"))
+        with Conn(proxied[real]) as c:
+            if proto == 3:
+                assert isinstance(c.cmd("HELLO", "3"), RespMap)
+            role = c.cmd("ROLE")
+            info, info_raw = cmd_raw(c, "INFO", "replication")
+            c.send(enc("MULTI") + enc("ROLE") + enc("INFO", "replication") + enc("EXEC"))
+            in_multi = [c.reply() for _ in range(4)][3]
+        assert role[0] == role_d[0], (role, role_d)
+        if role[0] == b"master":
+            want = sorted((ANNOUNCE.encode(), b"%d" % proxied[int(r[1])]) for r in role_d[2])
+            assert sorted((r[0], r[1]) for r in role[2]) == want, (role, role_d)
+        else:
+            assert (role[1], role[2]) == (ANNOUNCE.encode(), proxied[role_d[2]]), (role, role_d)
+            assert role[3] == role_d[3]
+        want = sorted((k, ANNOUNCE, proxied[port]) for k, _host, port in info_d)
+        assert _info_addresses(info) == want, (info, info_d)
+        assert not real_ports_in(b"".join(
+            l for l in info_raw.split(b"\n") if b"port" in l or b"slave" in l), cluster.ports)
+        assert in_multi[0][0] == role[0] and _info_addresses(in_multi[1]) == want, in_multi
+
+
 def test_topology_inside_multi(cluster, cproxy):
     """MULTI, CLUSTER NODES, CLUSTER SLOTS, CLUSTER SHARDS, EXEC through the
     entry port: the EXEC reply must not show a real node port either (the
