@@ -349,27 +349,17 @@ void sbuf_reserve(struct sbuf *b, size_t more)
     b->p = xrealloc(b->p, b->cap);
 }
 
-void *ring_push(struct ring *r, size_t size, uint32_t first)
+void ring_grow(struct ring *r, size_t size, uint32_t first)
 {
-    if (r->len == r->cap) {
-        uint32_t ncap = r->cap ? r->cap * 2 : first;
-        char *np = xmalloc(size * ncap);
-        /* Unwrapped into the new array: its head is 0. */
-        for (uint32_t i = 0; i < r->len; i++)
-            memcpy(np + (size_t)i * size, ring_at(r, size, i), size);
-        free(r->p);
-        r->p = np;
-        r->head = 0;
-        r->cap = ncap;
-    }
-    r->len++;
-    return ring_at(r, size, r->len - 1);
-}
-
-void ring_pop(struct ring *r)
-{
-    r->head = (r->head + 1) & (r->cap - 1);
-    r->len--;
+    uint32_t ncap = r->cap ? r->cap * 2 : first;
+    char *np = xmalloc(size * ncap);
+    /* Unwrapped into the new array: its head is 0. */
+    for (uint32_t i = 0; i < r->len; i++)
+        memcpy(np + (size_t)i * size, ring_at(r, size, i), size);
+    free(r->p);
+    r->p = np;
+    r->head = 0;
+    r->cap = ncap;
 }
 
 void ring_free(struct ring *r)

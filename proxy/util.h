@@ -39,11 +39,25 @@ static inline void *ring_at(const struct ring *r, size_t size, uint32_t i)
     return r->p + (size_t)((r->head + i) & (r->cap - 1)) * size;
 }
 
+/* Doubles a full ring (to `first` elements when empty): ring_push()'s slow path. */
+void ring_grow(struct ring *r, size_t size, uint32_t first);
+
 /* Room for one more element at the tail (uninitialised), growing to `first`
- * elements (a power of two), then doubling. */
-void *ring_push(struct ring *r, size_t size, uint32_t first);
+ * elements (a power of two), then doubling. Inline: once per request. */
+static inline void *ring_push(struct ring *r, size_t size, uint32_t first)
+{
+    if (r->len == r->cap)
+        ring_grow(r, size, first);
+    r->len++;
+    return ring_at(r, size, r->len - 1);
+}
+
 /* Drop the element at the head (len > 0). */
-void ring_pop(struct ring *r);
+static inline void ring_pop(struct ring *r)
+{
+    r->head = (r->head + 1) & (r->cap - 1);
+    r->len--;
+}
 /* Empty it and give its memory back. */
 void ring_free(struct ring *r);
 
