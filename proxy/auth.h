@@ -50,16 +50,6 @@ enum auth_result {
     AUTH_NOPASS,        /* AUTH <password> with no password for `default` */
 };
 
-/* The replies Redis 7.0 gives, byte for byte. */
-#define AUTH_ERR_NOAUTH     "-NOAUTH Authentication required.\r\n"
-#define AUTH_ERR_WRONGPASS  "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
-#define AUTH_ERR_NOPASS     "-ERR AUTH <password> called without any password configured " \
-                            "for the default user. Are you sure your configuration is correct?\r\n"
-#define AUTH_ERR_HELLO      "-NOAUTH HELLO must be called with the client already " \
-                            "authenticated, otherwise the HELLO AUTH <user> <pass> option can " \
-                            "be used to authenticate the client and select the RESP protocol " \
-                            "version at the same time\r\n"
-
 /* SHA-256 of n bytes. */
 void auth_digest(const void *p, size_t n, unsigned char out[AUTH_DIGEST_LEN]);
 

@@ -10,6 +10,7 @@
 #include "control.h"
 #include "events.h"
 #include "identify.h"
+#include "login.h"
 #include "policy.h"
 #include "server.h"
 #include "util.h"
@@ -21,7 +22,7 @@
 #define INFO_BATCH  16              /* names per COMMAND INFO */
 
 enum probe { PR_PING, PR_AUTH, PR_NAME, PR_DATABASES, PR_POLICY, PR_ACL, PR_INFO, PR_CMDLIST,
-             PR_CMDINFO };
+             PR_CMDINFO, PR_COMMAND };
 
 static struct control {
     struct server *srv;
@@ -36,6 +37,8 @@ static struct control {
     struct command_set *pending;    /* the backend's commands being read (PR_INFO on) */
     int info_owed;                  /* COMMAND INFO replies still owed */
     char why[160];                  /* what could not be read from the backend, for the event */
+    struct login_backend login;     /* its words and commands, for what ttlguard answers
+                                       itself before a login (login.c) */
 } ctl;
 
 static void send_probe(enum probe what)
@@ -46,6 +49,7 @@ static void send_probe(enum probe what)
     static const char acl[] = "*3\r\n$3\r\nACL\r\n$7\r\nGETUSER\r\n$7\r\ndefault\r\n";
     static const char info[] = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
     static const char cmdlist[] = "*2\r\n$7\r\nCOMMAND\r\n$4\r\nLIST\r\n";
+    static const char command[] = "*1\r\n$7\r\nCOMMAND\r\n";
     static const char name[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$" CONTROL_NAME_LEN "\r\n"
                                CONTROL_NAME "\r\n";
     if (ctl.be.state != BC_READY || ctl.n == OWED_MAX)
@@ -62,6 +66,7 @@ static void send_probe(enum probe what)
     case PR_DATABASES: p = dbs; n = sizeof dbs - 1; break;
     case PR_INFO:   p = info; n = sizeof info - 1; break;
     case PR_CMDLIST: p = cmdlist; n = sizeof cmdlist - 1; break;
+    case PR_COMMAND: p = command; n = sizeof command - 1; break;
     case PR_AUTH:
     default:
         p = auth = auth_request(cfg->backend_username, cfg->backend_password, &n);
@@ -177,7 +182,22 @@ static void info_seen(char type)
     }
     command_set_free(ctl.pending);
     ctl.pending = command_set_new(&id);
+    ctl.login.words = login_words_for(&id);
     send_probe(PR_CMDLIST);
+}
+
+/* COMMAND: every name, container and arity (a refusal, e.g. by the ACL of
+ * backend_user, leaves clients before their login with what the command set
+ * knows: login.h). */
+static void command_seen(char type)
+{
+    if (type == '*' && identify_arities(ctl.buf, ctl.len, &ctl.login.cmds) == 0)
+        return;
+    arities_free(&ctl.login.cmds);
+    if (ctl.srv->cfg->users.n > 0)
+        log_warn("COMMAND %s by %s: before their login, clients get -NOAUTH where it would "
+                 "say wrong number of arguments or unknown subcommand",
+                 type == '-' ? "refused" : "unreadable", ctl.srv->backend.name);
 }
 
 static void cmdlist_seen(char type)
@@ -253,6 +273,9 @@ static void ctl_reply(struct bconn *b, const char *p, size_t n, int done, char t
     case PR_CMDINFO:
         cmdinfo_seen(type);
         break;
+    case PR_COMMAND:
+        command_seen(type);
+        break;
     }
     if (ctl.len > 4096) {
         free(ctl.buf);
@@ -271,6 +294,7 @@ static void ctl_ready(struct bconn *b)
     send_probe(PR_DATABASES);
     command_set_free(ctl.pending);
     ctl.pending = NULL;
+    send_probe(PR_COMMAND);         /* answered before INFO: identified means both known */
     send_probe(PR_INFO);
     ctl.want_policy = 1;
     flush_wants();
@@ -312,6 +336,7 @@ void control_start(struct server *srv)
 {
     ctl.srv = srv;
     ctl.started = 1;
+    ctl.login.words = login_words_for(&server_id_default);
     bconn_init(&ctl.be, srv, &ctl_ops, &ctl);
     ctl.be.counts = 0;
     bconn_connect(&ctl.be, 0);
@@ -327,6 +352,12 @@ void control_stop(void)
     ctl.pending = NULL;
     free(ctl.buf);
     ctl.buf = NULL;
+    arities_free(&ctl.login.cmds);
+}
+
+const struct login_backend *control_login(void)
+{
+    return &ctl.login;
 }
 
 void control_probe_policy(void)

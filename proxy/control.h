@@ -11,6 +11,8 @@
  *                AUTH (backend_password)
  *                CLIENT SETNAME ttlguard-control   (so CLIENT LIST tells it apart)
  *                CONFIG GET databases  (which SELECTs a shared session may carry)
+ *                COMMAND, INFO server, COMMAND LIST/INFO  (who the backend is, its
+ *                                         commands: identify.h)
  *                CONFIG GET maxmemory-policy   (when rules are active; reported as a
  *                                         backend_policy event when it changes)
  *   once a second while a shared connection is in use: ACL GETUSER default
@@ -46,5 +48,11 @@ void control_cron(uint64_t now, int sharing);
 
 /* A reload changed the backend address. */
 void control_backend_changed(void);
+
+/* The backend's words (from its identity, INFO server) and commands (COMMAND)
+ * for the replies ttlguard gives itself before a login and in protected mode
+ * (login.h): Redis 7.0's words and no commands until they are read. */
+struct login_backend;
+const struct login_backend *control_login(void);
 
 #endif

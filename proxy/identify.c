@@ -304,3 +304,121 @@ int identify_derive(const char *reply, size_t len, struct command_set *set)
     freeReplyObject(r);
     return n;
 }
+
+/* ------------------------------------------------------------------------ */
+/* COMMAND: names, containers and arities                                    */
+
+static int fold(unsigned char c)
+{
+    return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
+}
+
+/* The order of the server's command names: case-insensitive, and every byte
+ * counts (Redis hashes the whole name, so "get\0x" is not GET). */
+static int name_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t n = alen < blen ? alen : blen;
+
+    for (size_t i = 0; i < n; i++) {
+        int d = fold((unsigned char)a[i]) - fold((unsigned char)b[i]);
+        if (d != 0)
+            return d;
+    }
+    return alen < blen ? -1 : alen > blen;
+}
+
+static int arity_cmp(const void *a, const void *b)
+{
+    const struct cmd_arity *x = a, *y = b;
+
+    return name_cmp(x->name, x->len, y->name, y->len);
+}
+
+/* One entry: name arity flags first last step acl tips key_specs subcommands
+ * (the last three since Redis 7.0; subcommands are entries of their own). */
+static void add_arity(struct cmd_arities *t, size_t *cap, const redisReply *e, int top)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER)
+        return;
+    const redisReply *subs = e->elements >= 10 ? e->element[9] : NULL;
+    int container = top && subs != NULL && subs->type == REDIS_REPLY_ARRAY && subs->elements > 0;
+
+    if (t->n == *cap) {
+        *cap = *cap ? *cap * 2 : 256;
+        t->v = xrealloc(t->v, sizeof *t->v * *cap);
+    }
+    t->v[t->n++] = (struct cmd_arity){
+        .name = xmemdup(e->element[0]->str, e->element[0]->len),
+        .len = e->element[0]->len,
+        .arity = (int)e->element[1]->integer,
+        .container = container,
+        .sub = !top,
+    };
+    for (size_t i = 0; container && i < subs->elements; i++)
+        add_arity(t, cap, subs->element[i], 0);
+}
+
+int identify_arities(const char *reply, size_t len, struct cmd_arities *out)
+{
+    redisReply *r = parse(reply, len);
+    size_t cap = 0;
+
+    arities_free(out);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return -1;
+    }
+    for (size_t i = 0; i < r->elements; i++)
+        add_arity(out, &cap, r->element[i], 1);
+    freeReplyObject(r);
+    if (out->n > 0)
+        qsort(out->v, out->n, sizeof *out->v, arity_cmp);
+    return 0;
+}
+
+static const struct cmd_arity *find(const struct cmd_arities *t, const char *name, size_t len)
+{
+    size_t lo = 0, hi = t->n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int d = name_cmp(name, len, t->v[mid].name, t->v[mid].len);
+        if (d == 0)
+            return &t->v[mid];
+        if (d < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+const struct cmd_arity *arities_find_sub(const struct cmd_arities *t, const struct cmd_arity *c,
+                                         const char *sub, size_t len)
+{
+    char key[256];
+
+    if (c->len + 1 + len > sizeof key)
+        return NULL;            /* no subcommand name is that long */
+    memcpy(key, c->name, c->len);
+    key[c->len] = '|';
+    memcpy(key + c->len + 1, sub, len);
+    return find(t, key, c->len + 1 + len);
+}
+
+const struct cmd_arity *arities_find(const struct cmd_arities *t, const char *name, size_t len)
+{
+    const struct cmd_arity *a = find(t, name, len);
+
+    return a != NULL && !a->sub ? a : NULL;     /* "config|get" is no command of its own */
+}
+
+void arities_free(struct cmd_arities *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free(t->v[i].name);
+    free(t->v);
+    t->v = NULL;
+    t->n = 0;
+}

@@ -5,6 +5,9 @@
  *   INFO server    -> redis_version / valkey_version -> server_id
  *   COMMAND LIST   -> the names the table lacks (modules, a newer server)
  *   COMMAND INFO n -> their key specs -> rows derived into the command set
+ *   COMMAND        -> every name, container and arity: what the server checks
+ *                     before it runs a command, for the refusals ttlguard
+ *                     answers itself before a login (login.c)
  *
  * The replies are whole RESP2 replies in a buffer; parsed with hiredis's reader.
  */
@@ -29,5 +32,34 @@ int identify_unknown(const char *reply, size_t len, const struct command_set *se
 /* Rows derived from a COMMAND INFO reply's entries (and their subcommands).
  * Returns the rows added, or -1 when the reply is not a COMMAND INFO reply. */
 int identify_derive(const char *reply, size_t len, struct command_set *set);
+
+/* One command (or subcommand) as COMMAND lists it. */
+struct cmd_arity {
+    char *name;                 /* as the server names it in its errors: "get", "config|get" */
+    size_t len;
+    int arity;                  /* N exactly, -N at least N arguments, the name included */
+    int container;              /* it has subcommands ("config") */
+    int sub;                    /* it is one ("config|get") */
+};
+
+/* Every command of a server, sorted by name (case-insensitive). */
+struct cmd_arities {
+    struct cmd_arity *v;
+    size_t n;                   /* 0: not read (unknown) */
+};
+
+/* The reply to COMMAND into out (replacing what it held). 0, or -1 when
+ * it is not a COMMAND reply (out is then empty). */
+int identify_arities(const char *reply, size_t len, struct cmd_arities *out);
+
+/* Look a name up as the server's command table does (case-insensitive,
+ * every byte counts): NULL when the server has no such command. */
+const struct cmd_arity *arities_find(const struct cmd_arities *t, const char *name, size_t len);
+
+/* Subcommand sub of container c ("config" "get" -> "config|get"), or NULL. */
+const struct cmd_arity *arities_find_sub(const struct cmd_arities *t, const struct cmd_arity *c,
+                                         const char *sub, size_t len);
+
+void arities_free(struct cmd_arities *t);
 
 #endif

@@ -51,6 +51,7 @@
 
 #include "cluster.h"
 #include "commands.h"
+#include "control.h"
 #include "events.h"
 #include "login.h"
 #include "server.h"
@@ -508,6 +509,7 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     loop_clock_update();
     s->srv->stats.bytes_from_clients += (uint64_t)nread;
     s->last_active = now_ms_monotonic();
+    s->replied_in_read = 0;
 
     if (buf->base != s->srv->rbuf) {
         s->ilen += (size_t)nread;
@@ -955,6 +957,7 @@ static void plan_replies(struct session *s, const struct request *req, struct re
         pl->skipped = s->reply_skip;
         s->reply_skip = 0;
     }
+    s->replied_in_read |= pl->replies;
 }
 
 static enum verdict judge(struct session *s, const struct request *req,
@@ -1269,6 +1272,21 @@ static void hello_request(const struct login *lg, struct sbuf *buf, struct reque
     out->inline_cmd = 0;
 }
 
+/* POST or Host: before the login: closed at once, what it was owed unsent,
+ * as the server's securityWarningCommand() does (and says, once a minute). */
+static void http_refused(struct session *s)
+{
+    static uint64_t last;
+    uint64_t now = now_ms_monotonic();
+    if (last == 0 || now - last >= 60000) {
+        log_warn("possible security attack: client %s sent POST or Host: as a command "
+                 "(an HTTP request?); connection closed", client_name(s));
+        last = now;
+    }
+    s->close_after_flush = 1;       /* the rest of its input is not read */
+    session_close(s);
+}
+
 /* ttlguard logs s in itself: AUTH and HELLO ... AUTH are answered here and
  * nothing else passes before them (login.c). Returns 1 when req was handled
  * (*h: how), 0 when it goes on as *fwd (req, or HELLO without its AUTH). */
@@ -1278,9 +1296,19 @@ static int client_login(struct session *s, const struct request *req, struct req
     static struct login lg;
     static struct sbuf hello;
     const char *refusal = NULL;
-    login_judge(&s->srv->cfg->users, req, pl->ci, s->authed, &lg);
+    struct login_ctx cx = {
+        .users = &s->srv->cfg->users, .backend = control_login(), .logged_in = s->authed,
+        .replies_pending = s->replied_in_read || xport_backlog(&s->client) > 0,
+        .cluster = s->srv->cfg->cluster,
+    };
+    login_judge(&cx, req, pl->ci, &lg);
     if (lg.verdict == LV_PASS)
         return 0;
+    *h = HR_DONE;
+    if (lg.verdict == LV_CLOSE) {
+        http_refused(s);
+        return 1;
+    }
     if (s->in_multi) {
         refusal = "-ERR ttlguard answers AUTH itself and cannot queue it in MULTI: "
                   "send it before MULTI\r\n";
@@ -1299,9 +1327,9 @@ static int client_login(struct session *s, const struct request *req, struct req
     s->srv->stats.requests++;
     plan_replies(s, req, pl);
     s->srv->stats.auth_errors += lg.failed;
-    if (pl->replies)
-        queue_local(s, refusal != NULL ? refusal : lg.reply,
-                    refusal != NULL ? strlen(refusal) : lg.reply_len, 0);
+    if (pl->replies && (refusal != NULL || lg.verdict != LV_SILENT))
+        queue_local(s, refusal != NULL ? refusal : lg.reply.p,
+                    refusal != NULL ? strlen(refusal) : lg.reply.len, 0);
     if (lg.verdict == LV_QUIT) {
         s->close_after_flush = 1;
         client_read_stop(s);
@@ -1496,7 +1524,8 @@ static void process_input(struct session *s, const char *data, size_t len, int i
 {
     if (s->framer == NULL)
         s->framer = req_framer_new();
-    req_framer_set_unauthenticated(s->framer, s->unauth || (s->ttlg_auth && !s->authed));
+    int unauth = s->unauth || (s->ttlg_auth && !s->authed);    /* the framer's limits */
+    req_framer_set_unauthenticated(s->framer, unauth);
     req_framer_set_inline_join(s->framer, command_set_features(s->srv->commands) & FT_INLINE_JOIN);
 
     size_t pos = 0;
@@ -1535,6 +1564,16 @@ static void process_input(struct session *s, const char *data, size_t len, int i
             client_read_stop(s);    /* logged in: the rest waits for the connection */
             break;
         }
+        /* The pre-AUTH limits go off for the next request once this one
+         * logged in. A RESET turns them on again where ttlguard answers the
+         * next request itself (its own logins): at once as Redis does, or
+         * behind Valkey 9 once the requests it read ahead are done
+         * (login_parses_ahead()). Else Redis answers it, under its own. */
+        int now = s->unauth || (s->ttlg_auth && !s->authed);
+        if (!now || (s->ttlg_auth && (unauth || req.inline_cmd ||
+                                      !login_parses_ahead(control_login()))))
+            unauth = now;
+        req_framer_set_unauthenticated(s->framer, unauth);
     }
     if (!reply_in_progress(s))
         emit_locals(s);
@@ -1764,19 +1803,13 @@ static void on_client_tls(struct xport *x, const char *why)
 
 /* Protected mode, as Redis has it: with no password anywhere (clients do not
  * log in to ttlguard, the proxy has no backend_password, and Redis asks
- * clients for none) only clients on this host are served. Others are told
- * why, then closed. Returns 1 when s was refused. */
+ * clients for none) only clients on this host are served. Others get the
+ * backend's own -DENIED line (login.c), then are closed; what to change in
+ * ttlguard's config is said in the log, at most once a minute. Returns 1
+ * when s was refused. */
 static int protected_refusal(struct session *s, int tls)
 {
-    static const char msg[] =
-        "-DENIED ttlguard is running in protected mode because protected mode is enabled "
-        "and no password is set: clients do not authenticate to ttlguard and Redis asks "
-        "them for none. In this mode connections are only accepted from the loopback "
-        "interface. If you want to connect from external computers, do one of the "
-        "following in ttlguard's config file, then reload it (SIGHUP): 1) set "
-        "client_password in [proxy], or add a [user \"NAME\"] section, so that clients "
-        "must AUTH; 2) set protected_mode = no, but MAKE SURE ttlguard is not publicly "
-        "accessible from the internet if you do so.\r\n";
+    static uint64_t last;
     struct server *srv = s->srv;
     const struct config *cfg = srv->cfg;
     struct sockaddr_storage ss;
@@ -1787,7 +1820,16 @@ static int protected_refusal(struct session *s, int tls)
         sockaddr_is_loopback(&ss))
         return 0;
     srv->stats.clients_denied++;
-    uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+    if (last == 0 || now_ms_monotonic() - last >= 60000) {
+        last = now_ms_monotonic();
+        log_warn("protected mode: client %s refused: it is not on this host and no password "
+                 "is set anywhere. Set client_password in [proxy] or add a [user \"NAME\"] "
+                 "section so that clients must AUTH, or set protected_mode = no if ttlguard is "
+                 "not reachable from the internet; then reload (SIGHUP)", client_name(s));
+    }
+    size_t n;
+    const char *msg = login_denied(control_login(), &n);
+    uv_buf_t b = uv_buf_init((char *)msg, (unsigned)n);
     if (!tls)
         uv_try_write(&s->client.h.stream, &b, 1);
     session_close(s);

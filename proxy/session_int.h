@@ -130,6 +130,8 @@ struct session {
     unsigned ttlg_auth:1;           /* ttlguard logs this client in itself (login.c) */
     unsigned authed:1;              /* ...and it has logged in */
     unsigned cap_wait:1;            /* max_pending replies owed: requests wait in ibuf */
+    unsigned replied_in_read:1;     /* a request of the client's last read gets a reply
+                                       (login.h: replies_pending) */
     uint8_t proto_gen;              /* protocol changes sent (HELLO, RESET) */
     char *be_user, *be_pass;        /* the backend login of the user it logged in as; pass
                                        NULL: backend_username / backend_password */

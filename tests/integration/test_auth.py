@@ -3,11 +3,15 @@ Client authentication answered by ttlguard (client_password, [user]
 sections), protected mode, the admin token, and the limits that hold before
 and after a login.
 
-The replies before and around a login are compared byte for byte with a
-redis-server started with --requirepass: ttlguard with client_password in
-front of a Redis without a password must say what that Redis says. Logins
-as [user] sections with a backend login of their own are checked against
-Redis's own ACL WHOAMI, in both connection modes (multiplex on and off).
+ttlguard answers these itself in the words of the server it fronts
+(proxy/login.c), so every reply before and around a login is compared byte
+for byte with that very server (TTLG_REDIS_SERVER) started with
+--requirepass, or with the same ACL users: ttlguard with client_password in
+front of a server without a password must say what that server says. So is
+the -DENIED line of protected mode, and the pre-AUTH limits ttlguard
+mirrors in front of a server with requirepass. Logins as [user] sections
+with a backend login of their own are checked against the server's own ACL
+WHOAMI, in both connection modes (multiplex on and off).
 """
 
 import hashlib
@@ -55,6 +59,13 @@ def send_raw(port, payload, wait=0.4):
     return re.sub(rb"\$2\r\nid\r\n:\d+\r\n", b"$2\r\nid\r\n:ID\r\n", data)
 
 
+def identified(proxy):
+    """Wait until the proxy has read who its backend is (its words come from
+    that: login.c) and what commands it has."""
+    wait_for(lambda: "backend: " in proxy.stderr(), 10, "the backend to be identified")
+    return proxy
+
+
 # What a client may send around its login; each is sent on a fresh
 # connection to both servers.
 CASES = [
@@ -62,12 +73,30 @@ CASES = [
     ("unknown command", enc("FOO", "a", "b")),
     ("unknown command, long args", enc("FOO", "a" * 100, "b" * 100, "c")),
     ("unknown command, CRLF in args", enc("FO\r\nO", "a\r\nb")),
+    ("unknown command without args", enc("FOO")),
+    ("unknown command, NUL in args", enc("FOO", "a\0b", "c")),
+    ("unknown command, NUL in name", enc("FO\0O", "a")),
+    ("known name and a NUL", enc("GET\0", "k")),
+    ("unknown command, inline", b"FOO bar\r\n"),
+    ("wrong arity before AUTH", enc("GET")),
+    ("container alone", enc("CONFIG")),
+    ("unknown subcommand", enc("CONFIG", "FOO")),
+    ("unknown subcommand, CRLF", enc("CONFIG", "a\r\nb")),
+    ("subcommand, wrong arity", enc("CONFIG", "GET")),
+    ("subcommand before AUTH", enc("CONFIG", "GET", "x")),
+    ("subcommand as a command", enc("config|get", "x")),
+    ("POST", b"POST / HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("Host:", enc("Host:", "x")),
+    ("PING, then POST", b"PING\r\nPOST / HTTP/1.1\r\n"),
     ("AUTH without args", enc("AUTH")),
     ("AUTH with 3 args", enc("AUTH", "a", "b", "c")),
     ("AUTH wrong", enc("AUTH", "nope")),
     ("AUTH default wrong", enc("AUTH", "default", "nope")),
     ("AUTH unknown user", enc("AUTH", "bob", PW)),
     ("AUTH empty", enc("AUTH", "")),
+    ("AUTH as the cluster's internal connection", enc("AUTH", "internal connection", "x")),
+    ("wrong AUTH, then AUTH", enc("AUTH", "x") + A + enc("PING")),
+    ("NOAUTH, then a wrong AUTH", enc("GET", "k") + enc("AUTH", "x") + A + enc("PING")),
     ("AUTH", A + enc("GET", "k")),
     ("AUTH default", enc("AUTH", "default", PW) + enc("PING")),
     ("auth lowercase, inline", b"auth " + PW.encode() + b"\r\nPING\r\n"),
@@ -75,6 +104,8 @@ CASES = [
     ("empty inline line", b"\r\n" + enc("PING")),
     ("HELLO", enc("HELLO")),
     ("HELLO 3", enc("HELLO", "3") + enc("PING")),
+    ("HELLO 2", enc("HELLO", "2")),
+    ("HELLO SETNAME without AUTH", enc("HELLO", "3", "SETNAME", "x") + enc("PING")),
     ("HELLO 3 AUTH wrong", enc("HELLO", "3", "AUTH", "default", "x") + enc("PING")),
     ("HELLO 3 AUTH", enc("HELLO", "3", "AUTH", "default", PW) + enc("PING") +
      enc("HGETALL", "nokey")),
@@ -93,12 +124,22 @@ CASES = [
      enc("HGETALL", "x")),
     ("HELLO two SETNAMEs", enc("HELLO", "3", "AUTH", "default", PW, "SETNAME", "x", "SETNAME",
                                "y") + enc("CLIENT", "GETNAME")),
+    ("HELLO long bad option", enc("HELLO", "3", "X" * 300)),
+    ("HELLO bad option with a NUL", enc("HELLO", "3", "AU\0TH", "default", PW)),
+    ("HELLO AUTH with a NUL", enc("HELLO", "3", "AUTH\0x", "default", PW) + enc("PING")),
+    ("HELLO AUTH right, then wrong", enc("HELLO", "3", "AUTH", "default", PW, "AUTH", "default",
+                                         "x") + enc("PING")),
+    ("HELLO AUTH wrong, then right", enc("HELLO", "3", "AUTH", "default", "x", "AUTH", "default",
+                                         PW) + enc("PING")),
     ("QUIT", enc("QUIT")),
     ("RESET", enc("RESET")),
     ("RESET with an arg", enc("RESET", "x")),
     ("AUTH, RESET, GET", A + enc("RESET") + enc("GET", "k")),
     ("AUTH, RESET, HELLO 3, AUTH", A + enc("RESET") + enc("HELLO", "3") + A + enc("PING")),
     ("wrong AUTH after a login", A + enc("AUTH", "bad") + enc("PING")),
+    ("wrong HELLO AUTH after a login", A + enc("HELLO", "3", "AUTH", "default", "bad") +
+     enc("PING")),
+    ("AUTH, wrong AUTH, GET", A + enc("AUTH", "x") + enc("GET", "k")),
     ("AUTH under CLIENT REPLY OFF", A + enc("CLIENT", "REPLY", "OFF") + A + enc("AUTH", "bad") +
      enc("CLIENT", "REPLY", "ON") + enc("PING")),
     ("multibulk of 10 before AUTH", enc("AUTH", *["x"] * 9)),
@@ -106,6 +147,9 @@ CASES = [
     ("bulk of 16384 before AUTH", enc("AUTH", "x" * 16384)),
     ("bulk of 16385 before AUTH", b"*2\r\n$4\r\nAUTH\r\n$16385\r\n"),
     ("multibulk of 11 after AUTH", A + enc("DEL", *["k"] * 10)),
+    ("multibulk of 11 after AUTH and RESET", A + enc("RESET") + enc("DEL", *["k"] * 10)),
+    ("multibulk of 11 after AUTH, RESET, inline PING", A + enc("RESET") + b"PING\r\n" +
+     enc("DEL", *["k"] * 10)),
 ]
 
 
@@ -117,42 +161,91 @@ def multiplex(request):
 @pytest.fixture
 def requirepass_pair(make_redis, make_proxy, multiplex):
     """(redis-server --requirepass PW, ttlguard client_password = PW in front
-    of a Redis without one)."""
+    of a server without one)."""
     direct = make_redis(["--requirepass", PW])
     plain = make_redis()
     proxy = make_proxy(plain, {"client_password": PW, "multiplex": multiplex}, expect=None)
-    return direct, proxy
-
-
-def skip_unless_redis_70():
-    """ttlguard answers logins itself, in Redis 7.0.15's words. Redis 8.0 and
-    Valkey word some of them differently (HELLO's NOAUTH; unknown commands and
-    wrong arity before the login on Valkey 9.1), and Redis 8.0 and Valkey 8.1
-    send no reply to a failed AUTH while an earlier one is pending
-    (redis#15640): the byte-for-byte comparison is with Redis 7.0.15 (README
-    "Client authentication")."""
-    name, version = harness.server_bin_identity()
-    if (name, version[:2]) != ("redis", (7, 0)):
-        pytest.skip("ttlguard answers logins as Redis 7.0.15 does; this is %s %s"
-                    % (name, ".".join(map(str, version))))
+    return direct, identified(proxy)
 
 
 @pytest.mark.parametrize("name,payload", CASES, ids=[c[0] for c in CASES])
 def test_replies_match_requirepass(requirepass_pair, name, payload):
-    skip_unless_redis_70()
     direct, proxy = requirepass_pair
     want = send_raw(direct.port, payload)
     assert send_raw(proxy.port, payload) == want
 
 
-def test_arity_before_login_is_noauth(requirepass_pair):
-    """The one difference, documented: before the login, a command Redis
-    knows with the wrong number of arguments gets NOAUTH (Redis says wrong
-    number of arguments); ttlguard does not know every command's arity."""
-    skip_unless_redis_70()
+# A failed login after a reply the client has already read is answered on
+# every server (Redis 8.0 and 8.6, Valkey 8.1 say nothing only while an
+# earlier reply is pending: the pipelined cases above).
+SEQUENCES = [
+    ("AUTH, then a wrong AUTH", [(A, 1), (enc("AUTH", "bad"), 1), (enc("PING"), 1)]),
+    ("AUTH, then a wrong HELLO AUTH", [(A, 1), (enc("HELLO", "2", "AUTH", "default", "x"), 1),
+                                       (enc("PING"), 1)]),
+    ("GET, then a wrong AUTH", [(enc("GET", "k"), 1), (enc("AUTH", "x"), 1), (A, 1)]),
+]
+
+
+@pytest.mark.parametrize("name,chunks", SEQUENCES, ids=[c[0] for c in SEQUENCES])
+def test_sequences_match_requirepass(requirepass_pair, name, chunks):
     direct, proxy = requirepass_pair
-    assert send_raw(direct.port, enc("GET")).startswith(b"-ERR wrong number of arguments")
-    assert send_raw(proxy.port, enc("GET")) == b"-NOAUTH Authentication required.\r\n"
+    assert harness.session_bytes(proxy.port, chunks) == harness.session_bytes(direct.port, chunks)
+
+
+# Before a login, in front of a server with requirepass and no client
+# authentication, ttlguard answers one thing itself: the pre-AUTH limits it
+# mirrors (more than 10 arguments, bulks over 16384 bytes), which must end
+# where Redis's end: at the request after a good AUTH, again after RESET.
+LIMIT_CASES = [c for c in CASES if "multibulk" in c[0] or "bulk of" in c[0]] + [
+    ("wrong AUTH, then multibulk of 11", enc("AUTH", "x") + enc("DEL", *["k"] * 10)),
+]
+
+
+@pytest.mark.parametrize("name,payload", LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+def test_mirrored_limits_match_requirepass(make_redis, make_proxy, multiplex, name, payload):
+    direct = make_redis(["--requirepass", PW])
+    proxy = make_proxy(direct, {"multiplex": multiplex}, expect=None)
+    want = send_raw(direct.port, payload)
+    assert send_raw(proxy.port, payload) == want
+
+
+# [user] sections against the same ACL users on the server itself: `default`
+# off (no client_password), so AUTH <password> says there is none.
+APP = ("app", "apw-Kk29")
+OPS = ("ops", "opw-Tt53")
+USER_CASES = [
+    ("AUTH as a user", enc("AUTH", *APP) + enc("PING")),
+    ("AUTH as a user, wrong password", enc("AUTH", APP[0], OPS[1]) + enc("GET", "k")),
+    ("AUTH <password>, no default password", enc("AUTH", APP[1]) + enc("GET", "k")),
+    ("AUTH default", enc("AUTH", "default", APP[1])),
+    ("AUTH default, empty", enc("AUTH", "default", "")),
+    ("HELLO 3 AUTH as a user", enc("HELLO", "3", "AUTH", *APP) + enc("PING")),
+    ("HELLO AUTH as the wrong user", enc("HELLO", "2", "AUTH", OPS[0], APP[1]) + enc("PING")),
+    ("AUTH as one user, then another", enc("AUTH", *APP) + enc("AUTH", *OPS) + enc("PING")),
+    ("AUTH, wrong AUTH as another user", enc("AUTH", *APP) + enc("AUTH", OPS[0], "x") +
+     enc("PING")),
+    ("user names are exact", enc("AUTH", "APP", APP[1]) + enc("AUTH", "ap", APP[1])),
+]
+
+
+@pytest.fixture
+def users_pair(make_redis, make_proxy, multiplex):
+    """(a server with ACL users app and ops and `default` off, ttlguard with
+    the same [user] sections in front of a server without users)."""
+    acl = []
+    for name, pw in (APP, OPS):
+        acl += ["--user", name, "on", ">" + pw, "~*", "+@all"]
+    direct = make_redis(acl + ["--user", "default", "off", "nopass", "~*", "+@all"])
+    sections = "".join('[user "%s"]\npassword_sha256 = %s\n\n' % (n, sha(pw)) for n, pw in (APP, OPS))
+    proxy = make_proxy(make_redis(), {"multiplex": multiplex}, sections=sections, expect=None)
+    return direct, identified(proxy)
+
+
+@pytest.mark.parametrize("name,payload", USER_CASES, ids=[c[0] for c in USER_CASES])
+def test_user_replies_match_acl_users(users_pair, name, payload):
+    direct, proxy = users_pair
+    want = send_raw(direct.port, payload)
+    assert send_raw(proxy.port, payload) == want
 
 
 def test_no_backend_connection_before_login(make_redis, make_proxy):
@@ -371,54 +464,59 @@ def non_loopback_address():
     return None if addr.startswith("127.") else addr
 
 
-@pytest.fixture
-def wide_proxy(redis_srv, tmp_path):
-    """A ttlguard listening on 0.0.0.0 (extra [proxy] keys: start(conf))."""
-    started = []
-
-    def start(conf=None):
-        p = harness.Ttlguard(tmp_path, redis_srv.port, conf)
-        with open(p.config_path) as f:
-            text = f.read()
-        with open(p.config_path, "w") as f:
-            f.write(text.replace("listen = 127.0.0.1:", "listen = 0.0.0.0:"))
-        started.append(p)
-        return p.start()
-
-    yield start
-    for p in started:
-        assert p.stop() == 0, p.stderr()
-
-
-def test_protected_mode_denies_non_loopback_clients(wide_proxy):
-    """No password anywhere: only loopback clients, as Redis's protected mode."""
+def from_another_host(port):
+    """Everything said to a connection to 127.0.0.1:port made from this
+    host's other address, as a client on another host would (the server
+    and ttlguard tell clients apart by their address: they need not listen
+    on another one)."""
     addr = non_loopback_address()
     if addr is None:
         pytest.skip("this host has no non-loopback address")
-    p = wide_proxy()
-    with Conn(p.port) as c:
-        assert c.cmd("PING") == b"PONG"
     # Like Redis, ttlguard answers at accept and closes: a request sent
     # meanwhile would only turn the close into a reset that may beat the line.
-    with socket.create_connection((addr, p.port), timeout=5) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=harness.slow(5),
+                                  source_address=(addr, 0)) as s:
         data = b""
         while True:
             d = s.recv(4096)
             if not d:
-                break
+                return data
             data += d
-    assert data.startswith(b"-DENIED ttlguard is running in protected mode")
-    assert b"client_password" in data and b"protected_mode = no" in data
+
+
+class ConnFromAnotherHost(Conn):
+    """A Conn to 127.0.0.1 from this host's non-loopback address."""
+
+    def __init__(self, port, timeout=10.0):
+        addr = non_loopback_address()
+        if addr is None:
+            pytest.skip("this host has no non-loopback address")
+        self.timeout = harness.slow(timeout)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=self.timeout,
+                                             source_address=(addr, 0))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = harness.RespReader()
+
+
+def test_protected_mode_denies_non_loopback_clients(redis_srv, make_proxy):
+    """No password anywhere: only loopback clients, as the server's protected
+    mode, in its words; what to change in ttlguard's config is logged."""
+    p = identified(make_proxy(redis_srv))
+    with Conn(p.port) as c:
+        assert c.cmd("PING") == b"PONG"
+    want = from_another_host(redis_srv.port)
+    assert want.startswith(b"-DENIED ")
+    assert from_another_host(p.port) == want
+    assert "protected mode: client" in p.stderr()
+    for hint in ("client_password", "[user", "protected_mode = no"):
+        assert hint in p.stderr()
 
 
 @pytest.mark.parametrize("conf", [{"protected_mode": "no"}, {"client_password": PW}],
                          ids=["protected_mode_off", "client_password"])
-def test_non_loopback_clients_served(wide_proxy, conf):
-    addr = non_loopback_address()
-    if addr is None:
-        pytest.skip("this host has no non-loopback address")
-    p = wide_proxy(conf)
-    with Conn(p.port, host=addr) as c:
+def test_non_loopback_clients_served(redis_srv, make_proxy, conf):
+    p = make_proxy(redis_srv, conf, expect=None)
+    with ConnFromAnotherHost(p.port) as c:
         if "client_password" in conf:
             assert c.cmd("PING") == RespError(b"NOAUTH Authentication required.")
             assert c.cmd("AUTH", PW) == b"OK"
