@@ -118,6 +118,16 @@ static void info_request(struct buf *b, redisReply **names, size_t from, size_t 
         buf_bulk(b, names[i]->str, names[i]->len);
 }
 
+/* Whether the set needs the server's COMMAND INFO for name: a name it does
+ * not know; and, on a server newer than the table, one it knows without a
+ * row (a read of the table's), which may have gained a write subcommand
+ * there, as CLUSTER FLUSHSLOT did in Valkey 9. */
+static int wants_info(const struct command_set *set, const char *name, size_t len)
+{
+    const struct cmd_info *ci = command_resolve(set, name, len);
+    return ci == NULL || (ci->row == NULL && (command_set_features(set) & FT_NEWER));
+}
+
 int identify_unknown(const char *reply, size_t len, const struct command_set *set,
                      int max_requests, char **reqs, size_t *reqs_len)
 {
@@ -135,7 +145,7 @@ int identify_unknown(const char *reply, size_t len, const struct command_set *se
         redisReply *e = r->element[i];
         /* Subcommands come with their container's COMMAND INFO. */
         if (e->type == REDIS_REPLY_STRING && memchr(e->str, '|', e->len) == NULL &&
-            command_resolve(set, e->str, e->len) == NULL)
+            wants_info(set, e->str, e->len))
             unknown[n++] = e;
     }
     size_t batch = 16;
@@ -249,6 +259,19 @@ static int has_flag(const redisReply *flags, const char *name)
     return 0;
 }
 
+/* The entry, or one of its subcommands, writes or blocks. */
+static int writes_or_blocks(const redisReply *e)
+{
+    const redisReply *subs = e->elements >= 10 ? e->element[9] : NULL;
+    if (has_flag(e->element[2], "write") || has_flag(e->element[2], "blocking"))
+        return 1;
+    for (size_t i = 0; subs != NULL && subs->type == REDIS_REPLY_ARRAY && i < subs->elements; i++)
+        if (subs->element[i]->type == REDIS_REPLY_ARRAY && subs->element[i]->elements >= 3 &&
+            writes_or_blocks(subs->element[i]))
+            return 1;
+    return 0;
+}
+
 /* One entry: name arity flags first last step acl tips key_specs subcommands. */
 static int derive_entry(const redisReply *e, struct command_set *set)
 {
@@ -263,6 +286,11 @@ static int derive_entry(const redisReply *e, struct command_set *set)
     const redisReply *flags = e->element[2], *ks = e->element[8], *subs = e->element[9];
     memcpy(name, e->element[0]->str, e->element[0]->len);
     name[e->element[0]->len] = '\0';
+    /* A name the table knows as a read (asked for on a newer server only):
+     * a row only when it writes or blocks there now. */
+    if (strchr(name, '|') == NULL && command_resolve(set, name, strlen(name)) != NULL &&
+        !writes_or_blocks(e))
+        return 0;
 
     struct derived_cmd d = {
         .name = name,

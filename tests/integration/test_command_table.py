@@ -37,6 +37,7 @@ tools/command_eval.c: TTLG_COMMAND_EVAL, else command_eval next to TTLG_BIN,
 else built here against the libttlguard_core.a next to TTLG_BIN.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -469,6 +470,41 @@ def test_known_names(server_commands, server_names, command_eval, server_id, tab
         if ans.row != (name in table and "|" not in name):
             problems.append("%s: row=%s, printed=%s" % (name, ans.row, name in table))
     assert not problems, "\n".join(problems)
+
+
+def test_the_proxy_derives_what_the_table_lacks(redis_port, server_commands, command_eval,
+                                                server_id, newer, tmp_path):
+    """ttlguard in front of the server reads COMMAND INFO for the commands
+    the table has no row for and derives one each (subcommands included):
+    every name it does not know, and on a server newer than the table every
+    name it knows as a read that writes or blocks there (a container that
+    gained a write subcommand). On a server the table covers: none."""
+    top = sorted(n for n in server_commands if "|" not in n)
+    answers = probe.table_answers(command_eval, [[n.encode()] for n in top], server_id)
+    want = 0
+    for name, ans in zip(top, answers):
+        cmds = [server_commands[name]] + subcommands(server_commands, name)
+        if ans.row:
+            continue
+        if not ans.known or (newer and any(c.flags & {"write", "blocking"} for c in cmds)):
+            want += len(cmds)
+    events = str(tmp_path / "events.jsonl")
+    p = harness.Ttlguard(tmp_path, redis_port, {"events": events},
+                         sections='[ttl "t:"]\nttl = 60\naction = rewrite\n')
+    p.start()
+    try:
+        def server_event():
+            try:
+                with open(events) as f:
+                    return [e for e in map(json.loads, f) if e["event"] == "backend_server"]
+            except OSError:
+                return []
+        harness.wait_for(server_event, 10, "the backend_server event")
+        e = server_event()[-1]
+    finally:
+        assert p.stop() == 0
+    assert e["derived_commands"] == want, (e, want)
+    assert ("newer than the command table" in e.get("message", "")) == newer, e
 
 
 # ---------------------------------------------------------------------------
