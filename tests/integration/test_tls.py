@@ -25,8 +25,11 @@ TLS on both sides of ttlguard (backend_tls*, tls_listen, tls_*; docs/config.md, 
   - /healthz and `ttlguard audit` with a TLS backend.
 
 The certificates (tls_util.make_certs) are made once per session with the
-openssl CLI. When SERVER_BIN was built without TLS, the tests that need a
-TLS redis-server are skipped with the reason; the others still run.
+openssl CLI. Every server the suite runs against is built with TLS (Debian's
+redis-server, and tests/servers.sh's builds): one that has OpenSSL in it and
+does not come up on TLS (a start that times out is retried once, with a longer
+timeout) fails the tests that need it, with the reason. Only a binary built
+without TLS (no OpenSSL in it) skips them, as it cannot serve TLS at all.
 """
 
 import json
@@ -45,7 +48,7 @@ import pytest
 import harness
 from harness import Conn, RespMap, enc, free_port, slow, vmrss_kb, wait_for
 from tls_util import (TlsConn, TlsRedis, TlsTtlguard, client_context, make_certs,
-                      server_tls_unsupported, silent_listener, tls_client_list)
+                      server_tls_problem, silent_listener, tls_client_list)
 
 UNAVAILABLE_TLS = rb"^-ERR ttlguard: backend 127\.0\.0\.1:%d unavailable: TLS: "
 MULTIPLEX_ON = harness.EXTRA_CONF.get("multiplex", "on").strip() != "off"
@@ -63,12 +66,16 @@ def certs(tmp_path_factory):
 @pytest.fixture
 def make_tls_redis(tmp_path, certs):
     """make_tls_redis(auth_clients="no", cert=None, extra_args=(), plain=False)
-    -> a started TlsRedis; skips the test when SERVER_BIN has no TLS."""
+    -> a started TlsRedis. Fails the test when SERVER_BIN, built with TLS,
+    does not serve it; skips it only when SERVER_BIN was built without TLS."""
     started = []
 
     def make(auth_clients="no", cert=None, extra_args=(), plain=False):
-        why = server_tls_unsupported(tmp_path, certs)
-        if why:
+        problem = server_tls_problem(tmp_path, certs)
+        if problem:
+            expected, why = problem
+            if expected:
+                pytest.fail(why)
             pytest.skip(why)
         r = TlsRedis(tmp_path, certs, auth_clients, cert, extra_args, plain=plain).start()
         started.append(r)
@@ -92,9 +99,7 @@ def make_tproxy(tmp_path, certs, request):
     started = []
 
     def make(backend, conf=None, sections="", plain=True, expect=None, ready="ping", **kw):
-        if not os.path.exists(harness.TTLG_BIN):
-            msg = "ttlguard binary %s does not exist" % harness.TTLG_BIN
-            pytest.fail(msg) if harness.TTLG_BIN_EXPLICIT else pytest.skip(msg)
+        need_binary()
         port = backend if isinstance(backend, int) else backend.port
         p = TlsTtlguard(tmp_path, port, certs, conf, sections, plain=plain, **kw)
         started.append(p)
@@ -114,6 +119,14 @@ def make_tproxy(tmp_path, certs, request):
             problems.append("ttlguard on port %d: SIGTERM exit status %s\n%s"
                             % (p.port, rc, p.stderr()))
     assert not problems, "\n".join(problems)
+
+
+def need_binary():
+    """Fail (TTLG_BIN set and missing) or skip (no binary built) a test that
+    runs ttlguard itself."""
+    if not os.path.exists(harness.TTLG_BIN):
+        msg = "ttlguard binary %s does not exist" % harness.TTLG_BIN
+        pytest.fail(msg) if harness.TTLG_BIN_EXPLICIT else pytest.skip(msg)
 
 
 def backend_tls(certs, **over):
@@ -787,8 +800,7 @@ def test_check_config_loads_the_certificates(bad_key, kind, tmp_path, certs):
     """--check-config: a missing or garbage certificate / key file, or a key
     that is not the certificate's, exits 1, naming file:line of the key and
     the path; the same config with good files exits 0."""
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    need_binary()
     keys = [("listen", "127.0.0.1:%d" % free_port()),
             ("backend", "127.0.0.1:%d" % free_port()),
             ("backend_tls", "on"),
@@ -837,8 +849,7 @@ def test_check_config_loads_the_certificates(bad_key, kind, tmp_path, certs):
 def test_check_config_refuses_tls_mistakes(keys, bad_key, message, tmp_path, certs):
     """Config mistakes of the TLS keys: exit 1, file:line of the key at
     fault, and words that say what is wrong."""
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    need_binary()
     listen = "127.0.0.1:%d" % free_port()
     conf = {"listen": listen, "backend": "127.0.0.1:%d" % free_port()}
     fill = {"port": free_port(), "cert": certs.server.cert, "key": certs.server.key,
@@ -980,8 +991,7 @@ def test_audit_with_a_tls_backend(tls_redis, certs, tmp_path):
     """`ttlguard audit` reaches a TLS-only server with the config's
     backend_tls_* keys: 3 leaked keys of 5 found; with a CA that does not
     match, it fails (exit 2) saying why."""
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    need_binary()
     with tls_redis.conn() as d:
         for i in range(3):
             assert d.cmd("SET", "session:%d" % i, "0") == b"OK"

@@ -4,7 +4,9 @@
 # From two run.sh work directories (--mode direct, and --mode ttlguard or mux), print in
 # Markdown every test that fails in OTHER_WORK but passes in DIRECT_WORK, grouped by unit,
 # with the failing assertion / error text from the runner's log, and every unit of
-# OTHER_WORK that hung or aborted. Exit status 1 when there is any.
+# OTHER_WORK that hung, aborted or crashed. Exit status 1 when there is any.
+# run.sh --compare-direct runs it for each proxied mode (its WORK/direct and WORK/MODE)
+# and also fails a unit that passed fewer tests through the proxy than directly.
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: compare.sh DIRECT_WORK OTHER_WORK (run.sh --work directories)" >&2; exit 2; }
 direct=$1 other=$2

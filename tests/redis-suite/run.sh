@@ -2,20 +2,26 @@
 # Run Redis's own test suite (the tcl suite of the redis source package matching the
 # backend's version) in external mode against redis-server directly, or through ttlguard.
 #
-#   tests/redis-suite/run.sh [--mode direct|ttlguard|mux] [--units LIST] [--jobs N]
+#   tests/redis-suite/run.sh [--mode MODES] [--compare-direct] [--units LIST] [--jobs N]
 #                            [--unit-timeout SEC] [--suite SUITE] [--work DIR]
 #                            [--no-exclusions] [--list]
 #
-#   --mode direct     the runner talks to redis-server (default)
+#   --mode MODES      one mode or several (comma separated), run in one pool of jobs:
+#          direct     the runner talks to redis-server (default)
 #          ttlguard   the runner talks to a ttlguard in front of that redis-server
 #          mux        the same with [proxy] multiplex = on
+#   --compare-direct  run the direct mode too (first, in the same pool) and compare: a
+#                     unit that passed fewer tests through ttlguard (or mux) than directly
+#                     fails, and so does every test that passes directly and fails through
+#                     the proxy (compare.sh prints them)
 #   --units LIST      comma/space separated units (unit/type/list, integration/aof, ...);
 #                     default: every unit of test_helper.tcl's all_tests
 #   --jobs N          units run in parallel, each with its own redis (and ttlguard) on
 #                     distinct ports (default: nproc)
 #   --unit-timeout S  hard limit per unit; a unit killed by it counts as failed (600)
 #   --suite SUITE     Debian suite to take the redis source from (bookworm-security)
-#   --work DIR        where logs go (default ${TTLG_CACHE:-/var/cache/ttlguard}/redis-suite/MODE-TIME)
+#   --work DIR        where logs go (default ${TTLG_CACHE:-/var/cache/ttlguard}/redis-suite/
+#                     MODES-TIME); with several modes each has its own DIR/MODE
 #   --no-exclusions   ignore tests/redis-suite/exclusions
 #   --skiptest NAME   also skip this test (runtest --skiptest; repeatable; for diagnosis)
 #   --tags TAGS       runtest --tags, e.g. "-needs:repl" (for diagnosis)
@@ -28,15 +34,26 @@
 #   ./runtest --host 127.0.0.1 --port P --durable --single UNIT --clients 1 ...
 # against a redis-server started for it on a free loopback port with an empty data
 # directory (and a fresh ttlguard), both stopped after the unit. Per unit it prints
-# "UNIT: P passed, F failed" and the failing tests; last, "N passed, M failed".
+# "UNIT: P passed, F failed" and the failing tests (with several modes, "MODE UNIT: ...").
+# A unit fails (one failure more, "[unit ...]") when ttlguard or redis-server exited
+# during it, or when ttlguard did not exit 0 on SIGTERM after it.
+#
+# The exclusions' own rule, that an excluded test fails straight against redis-server
+# too, is checked whenever the direct mode runs: each unit with exclusions runs once
+# more directly without them, and each excluded test must fail there (a check that
+# holds counts as passed, one that does not as failed).
+#
+# Last, "N passed, M failed": N the tests passed in every mode run plus the exclusion
+# checks that held; M the tests failed plus the exclusion checks that did not hold plus
+# (--compare-direct) the units that passed fewer tests through the proxy than directly.
 # Exit status 1 when anything failed, 2 on a setup error.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-mode=direct units_arg="" jobs=$(nproc 2>/dev/null || echo 2) unit_timeout=600
-suite=bookworm-security work="" use_excl=1 list_only=0 tags=""
+mode_arg=direct units_arg="" jobs=$(nproc 2>/dev/null || echo 2) unit_timeout=600
+suite=bookworm-security work="" use_excl=1 list_only=0 tags="" compare=0
 declare -a extra_skips=()
 noprogress=300          # runtest --timeout: seconds without any progress message
 
@@ -45,8 +62,9 @@ usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//';
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --mode) mode=${2:?}; shift 2 ;;
-    --mode=*) mode=${1#*=}; shift ;;
+    --mode) mode_arg=${2:?}; shift 2 ;;
+    --mode=*) mode_arg=${1#*=}; shift ;;
+    --compare-direct) compare=1; shift ;;
     --units) units_arg=${2:?}; shift 2 ;;
     --units=*) units_arg=${1#*=}; shift ;;
     --jobs|-j) jobs=${2:?}; shift 2 ;;
@@ -65,7 +83,19 @@ while [ $# -gt 0 ]; do
     *) echo "run.sh: unknown option '$1'" >&2; usage 2 ;;
   esac
 done
-case $mode in direct|ttlguard|mux) ;; *) die "--mode must be direct, ttlguard or mux (got '$mode')" ;; esac
+# The modes, direct first when it is one of them; each once.
+declare -a modes=()
+have_mode() { local m; for m in "${modes[@]}"; do [ "$m" = "$1" ] && return 0; done; return 1; }
+[ "$compare" = 1 ] && modes+=(direct)
+for m in $(tr ', ' '\n\n' <<<"$mode_arg"); do
+  case $m in direct|ttlguard|mux) ;; *) die "--mode takes direct, ttlguard and mux (got '$m')" ;; esac
+  have_mode "$m" && continue
+  if [ "$m" = direct ]; then modes=(direct "${modes[@]}"); else modes+=("$m"); fi
+done
+[ ${#modes[@]} -gt 0 ] || die "--mode: no mode given"
+proxied=0
+for m in "${modes[@]}"; do [ "$m" = direct ] || proxied=1; done
+[ "$compare" = 0 ] || [ "$proxied" = 1 ] || die "--compare-direct needs a proxied mode (--mode ttlguard and/or mux)"
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive integer"
 [[ $unit_timeout =~ ^[1-9][0-9]*$ ]] || die "--unit-timeout must be a positive integer"
 
@@ -75,14 +105,14 @@ cache=${TTLG_CACHE:-/var/cache/ttlguard}
 ports=${TTLG_SUITE_PORTS:-21000-21999}
 port_lo=${ports%-*} port_hi=${ports#*-}
 [[ $port_lo =~ ^[0-9]+$ && $port_hi =~ ^[0-9]+$ && $port_lo -lt $port_hi ]] || die "TTLG_SUITE_PORTS must be LOW-HIGH"
-slot_size=50            # ports per parallel job: see slot_ports
+slot_size=50            # ports per parallel job: see run_unit
 max_slots=$(( (port_hi - port_lo + 1) / slot_size ))
 [ "$max_slots" -ge 1 ] || die "TTLG_SUITE_PORTS range is smaller than $slot_size ports"
 [ "$jobs" -le "$max_slots" ] || { echo "run.sh: --jobs $jobs lowered to $max_slots (port range $ports)" >&2; jobs=$max_slots; }
 
 for t in tclsh timeout flock awk; do command -v $t >/dev/null || die "$t is missing (apt-get install tcl coreutils util-linux gawk)"; done
 [ -x "$REDIS_SERVER" ] || die "redis-server not found at $REDIS_SERVER (set REDIS_SERVER)"
-if [ "$mode" != direct ]; then
+if [ "$proxied" = 1 ]; then
   [ -x "$TTLG_BIN" ] || die "ttlguard binary not found at $TTLG_BIN (build it, or set TTLG_BIN)"
 fi
 
@@ -111,6 +141,7 @@ if [ "$list_only" = 1 ]; then echo "$units"; exit 0; fi
 # ---- exclusions: "UNIT | REASON | TEST NAME" (TEST = * for the whole unit) -------------
 excl_file=$here/exclusions
 declare -A skip_args=()
+declare -a excl_unit=() excl_name=() excl_reason=()
 if [ "$use_excl" = 1 ] && [ -f "$excl_file" ]; then
   while IFS= read -r line; do
     case $line in ''|'#'*) continue ;; esac
@@ -121,31 +152,73 @@ if [ "$use_excl" = 1 ] && [ -f "$excl_file" ]; then
     if [ "$name" = "*" ]; then skip_args[$u]+="--skipunit"$'\x1f'"$u"$'\x1f'
     else skip_args[$u]+="--skiptest"$'\x1f'"$name"$'\x1f'
     fi
+    excl_unit+=("$u"); excl_name+=("$name"); excl_reason+=("$reason")
   done <"$excl_file"
 fi
 
-# ---- work dir -------------------------------------------------------------------------
-[ -n "$work" ] || work=$cache/redis-suite/$mode-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$work/units" || die "cannot create $work"
+# ---- work dirs ------------------------------------------------------------------------
+modes_label=$(IFS=+; echo "${modes[*]}")
+[ -n "$work" ] || work=$cache/redis-suite/$modes_label-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$work" || die "cannot create $work"
 work=$(cd "$work" && pwd)
 case $work/ in "$root"/*) die "--work must be outside the git tree ($root)" ;; esac
-echo "run.sh: mode $mode, redis $srv_version ($REDIS_SERVER), suite $src, $(wc -l <<<"$units") units, $jobs jobs" >&2
-[ "$mode" != direct ] && echo "run.sh: ttlguard $TTLG_BIN" >&2
+# One mode: its logs in the work dir itself; several: each mode's in WORK/MODE. Either
+# is a directory compare.sh takes.
+declare -A mwork=()
+many=0
+[ ${#modes[@]} -gt 1 ] && many=1
+for m in "${modes[@]}"; do
+  if [ "$many" = 1 ]; then mwork[$m]=$work/$m; else mwork[$m]=$work; fi
+  mkdir -p "${mwork[$m]}/units" || die "cannot create ${mwork[$m]}"
+done
+echo "run.sh: modes ${modes[*]}$([ "$compare" = 1 ] && echo " (proxied compared with direct)"), redis $srv_version ($REDIS_SERVER), suite $src, $(wc -l <<<"$units") units, $jobs jobs" >&2
+[ "$proxied" = 1 ] && echo "run.sh: ttlguard $TTLG_BIN" >&2
 echo "run.sh: logs in $work" >&2
-printf '%s\n' "$units" >"$work/queue"
+
+# The queue: "MODE<TAB>UNIT" per unit and mode, the modes of a unit next to each other
+# (so that the long units of every mode start early, side by side), and "excl<TAB>UNIT"
+# after a unit with exclusions when the direct mode runs: that unit once more, directly,
+# without its exclusions (check_exclusions).
+declare -A excl_units=()
+if have_mode direct; then
+  for ((i = 0; i < ${#excl_unit[@]}; i++)); do
+    grep -qxF "${excl_unit[$i]}" <<<"$units" && excl_units[${excl_unit[$i]}]=1
+  done
+fi
+# The units that take longest (20 to 60 s each on 2 cores) first, so that no job is
+# left alone with one of them at the end; the rest in the suite's order.
+slow_units="unit/hyperloglog unit/type/list-3 unit/type/zset unit/dump unit/type/list unit/geo unit/expire"
+queue_units=$( { for u in $slow_units; do grep -xF "$u" <<<"$units"; done
+                 grep -vxF -f <(tr ' ' '\n' <<<"$slow_units") <<<"$units"; } )
+while read -r u; do
+  for m in "${modes[@]}"; do printf '%s\t%s\n' "$m" "$u"; done
+  [ -n "${excl_units[$u]:-}" ] && printf 'excl\t%s\n' "$u"
+done <<<"$queue_units" >"$work/queue"
 : >"$work/queue.lock"
 : >"$work/out.lock"
 : >"$work/pids"
 
 # ---- processes: started here, stopped by pid ---------------------------------------------
-stop_pid() {   # pid [grace seconds]
+alive() {   # pid: running (a zombie is not)
+  local st
+  kill -0 "$1" 2>/dev/null || return 1
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 0
+  [ "$st" != Z ]
+}
+
+# stop_pid PID [GRACE]: SIGTERM, then SIGKILL after GRACE seconds (10), and reap it.
+# Sets stop_status to its exit status ("gone" when it had exited before: the caller
+# reaps it itself to learn how) and stop_killed=1 when SIGKILL was needed.
+stop_pid() {
   local pid=$1 grace=${2:-10} i
+  stop_status=gone stop_killed=0
   [ -n "$pid" ] || return 0
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+  if ! alive "$pid"; then wait "$pid" 2>/dev/null; return 0; fi
   kill -TERM "$pid" 2>/dev/null
-  for ((i = 0; i < grace * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  for ((i = 0; i < grace * 10; i++)); do alive "$pid" || break; sleep 0.1; done
+  if alive "$pid"; then kill -KILL "$pid" 2>/dev/null; stop_killed=1; fi
   wait "$pid" 2>/dev/null
+  stop_status=$?
   return 0
 }
 
@@ -176,7 +249,7 @@ resp_ping() {   # port: 0 when the server answers PONG
 wait_ping() {   # port pid seconds
   local i
   for ((i = 0; i < $3 * 10; i++)); do
-    kill -0 "$2" 2>/dev/null || return 1
+    alive "$2" || return 1
     resp_ping "$1" && return 0
     sleep 0.1
   done
@@ -188,16 +261,24 @@ wait_ping() {   # port pid seconds
 #   B..B+7    redis, ttlguard, ttlguard admin (first free ones)
 #   B+8..B+39 runtest's own test server (it takes the first free one of baseport-32..)
 #   B+40..    runtest --baseport/--portcount (servers it would spawn; none in external mode)
+#
+# run_unit SLOT KIND UNIT: KIND is a mode (direct, ttlguard, mux), or excl: the unit
+# straight against redis-server without its exclusions (logs in DIRECT/exclusions/UNIT).
 run_unit() {
-  local slot=$1 unit=$2
+  local slot=$1 kind=$2 unit=$3 mode=$2
   local b=$((port_lo + slot * slot_size))
   local name=${unit//\//__}
-  local udir=$work/units/$name
+  local udir
+  if [ "$kind" = excl ]; then
+    mode=direct udir=${mwork[direct]}/exclusions/$name
+  else
+    udir=${mwork[$mode]}/units/$name
+  fi
   rm -rf "$udir"; mkdir -p "$udir/data"
-  local rport tport="" aport="" target rpid="" tpid="" rc note="" t0 t1
+  local rport tport="" aport="" target rpid="" tpid="" rc fatal="" t0 t1 x
 
   t0=$(date +%s)
-  rport=$(pick_port "$b" $((b + 8))) || { finish_unit "$unit" "$udir" setup "no free port in $b-$((b + 7))"; return; }
+  rport=$(pick_port "$b" $((b + 8))) || { finish_unit "$kind" "$unit" "$udir" setup "no free port in $b-$((b + 7))"; return; }
   "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --dir "$udir/data" --daemonize no \
       --save '' --appendonly no --logfile "$udir/redis.log" \
       --enable-debug-command yes --enable-protected-configs yes --enable-module-command yes \
@@ -206,15 +287,15 @@ run_unit() {
   echo "$rpid" >>"$work/pids"
   if ! wait_ping "$rport" "$rpid" 15; then
     stop_pid "$rpid"
-    finish_unit "$unit" "$udir" setup "redis-server did not come up on port $rport: $(tail -n 3 "$udir/redis.log" 2>/dev/null | tr '\n' ' ')"
+    finish_unit "$kind" "$unit" "$udir" setup "redis-server did not come up on port $rport: $(tail -n 3 "$udir/redis.log" 2>/dev/null | tr '\n' ' ')"
     return
   fi
   target=$rport
 
   if [ "$mode" != direct ]; then
     tport=$(pick_port "$b" $((b + 8)) "$rport") && aport=$(pick_port "$b" $((b + 8)) "$rport" "$tport") \
-      || { stop_pid "$rpid"; finish_unit "$unit" "$udir" setup "no free ports in $b-$((b + 7))"; return; }
-    cat >"$udir/ttlguard.ini" <<EOF
+      || { stop_pid "$rpid"; finish_unit "$kind" "$unit" "$udir" setup "no free ports in $b-$((b + 7))"; return; }
+    cat >"$udir/ttlguard.ini" <<INI
 [proxy]
 listen = 127.0.0.1:$tport
 backend = 127.0.0.1:$rport
@@ -229,13 +310,13 @@ action = allow
 [ttl "ttlguard-suite-never:"]
 ttl = 900
 action = rewrite
-EOF
+INI
     "$TTLG_BIN" --config "$udir/ttlguard.ini" </dev/null >"$udir/ttlguard.log" 2>&1 &
     tpid=$!
     echo "$tpid" >>"$work/pids"
     if ! wait_ping "$tport" "$tpid" 15; then
       stop_pid "$tpid"; stop_pid "$rpid"
-      finish_unit "$unit" "$udir" setup "ttlguard did not come up on port $tport: $(tail -n 3 "$udir/ttlguard.log" | tr '\n' ' ')"
+      finish_unit "$kind" "$unit" "$udir" setup "ttlguard did not come up on port $tport: $(tail -n 3 "$udir/ttlguard.log" | tr '\n' ' ')"
       return
     fi
     target=$tport
@@ -258,9 +339,8 @@ EOF
   local -a args=(--host 127.0.0.1 --port "$target" --durable --single "$unit" --clients 1
                  --timeout "$noprogress" --baseport $((b + 40)) --portcount 10)
   [ -n "$tags" ] && args+=(--tags "$tags")
-  local x
   for x in "${extra_skips[@]}"; do args+=(--skiptest "$x"); done
-  if [ -n "${skip_args[$unit]:-}" ]; then
+  if [ "$kind" != excl ] && [ -n "${skip_args[$unit]:-}" ]; then
     local -a extra
     IFS=$'\x1f' read -r -a extra <<<"${skip_args[$unit]%$'\x1f'}"
     args+=("${extra[@]}")
@@ -272,24 +352,43 @@ EOF
     </dev/null >"$udir/runtest.log" 2>&1
   rc=$?
 
+  # ttlguard must run through the unit and exit 0 on SIGTERM after it: a crash, an exit
+  # or a SIGTERM it does not honour fails the unit. So does a redis-server that exited
+  # during the unit (nothing the suite runs in external mode stops it).
   if [ -n "$tpid" ]; then
-    kill -0 "$tpid" 2>/dev/null || { wait "$tpid"; note+="ttlguard exited during the unit (status $?; see ttlguard.log). "; tpid=""; }
-    stop_pid "$tpid" 10
+    if ! alive "$tpid"; then
+      wait "$tpid" 2>/dev/null; x=$?
+      echo "$x" >"$udir/ttlguard.status"
+      fatal+="ttlguard exited during the unit, status $x$([ "$x" -gt 128 ] && echo " (signal $((x - 128)))") (see ttlguard.log); "
+    else
+      stop_pid "$tpid" 10
+      echo "$stop_status" >"$udir/ttlguard.status"
+      if [ "$stop_killed" = 1 ]; then
+        fatal+="ttlguard did not exit within 10 s of SIGTERM and was killed (see ttlguard.log); "
+      elif [ "$stop_status" = gone ]; then
+        fatal+="ttlguard exited before it was stopped (see ttlguard.log); "
+      elif [ "$stop_status" != 0 ]; then
+        fatal+="ttlguard exited $stop_status on SIGTERM$([ "$stop_status" -gt 128 ] && echo " (signal $((stop_status - 128)))") (see ttlguard.log); "
+      fi
+    fi
   fi
-  kill -0 "$rpid" 2>/dev/null || note+="redis-server exited during the unit (see redis.log). "
+  alive "$rpid" || fatal+="redis-server exited during the unit (see redis.log); "
   stop_pid "$rpid" 10
   rm -rf "$tree" "$udir/data"
   t1=$(date +%s)
   echo "$((t1 - t0))" >"$udir/seconds"
-  finish_unit "$unit" "$udir" "$rc" "$note"
+  finish_unit "$kind" "$unit" "$udir" "$rc" "" "${fatal%; }"
 }
 
-# Parse runtest.log into udir/{counts,failed,details,results.tsv} and print the unit's lines.
+# finish_unit KIND UNIT UDIR RC [NOTE [FATAL]]: parse runtest.log into
+# udir/{counts,failed,details,results.tsv} and print the unit's lines. FATAL (a process
+# that crashed or exited) is one more failure of the unit, "[unit crashed: FATAL]".
 finish_unit() {
-  local unit=$1 udir=$2 rc=$3 note=${4:-}
+  local kind=$1 unit=$2 udir=$3 rc=$4 note=${5:-} fatal=${6:-}
   local log=$udir/runtest.log
   [ -f "$log" ] || : >"$log"
-  awk -v unit="$unit" -v rc="$rc" -v note="$note" -v tmo="$unit_timeout" -v noprog="$noprogress" -v udir="$udir" '
+  awk -v unit="$unit" -v rc="$rc" -v note="$note" -v fatal="$fatal" -v tmo="$unit_timeout" \
+      -v noprog="$noprogress" -v udir="$udir" '
     function flush_err() { if (cur != "") { details = details cur "\n"; cur = "" } ; inerr = 0 }
     function strip(s) { gsub(/\033\[[0-9;]*m/, "", s); return s }
     {
@@ -347,34 +446,90 @@ finish_unit() {
         failed++; n = "[unit " reason "]"
         print n > (udir "/failed"); print unit "\terr\t" n > (udir "/results.tsv")
       }
+      if (fatal != "") {
+        failed++; n = "[unit crashed: " fatal "]"
+        print n > (udir "/failed"); print unit "\terr\t" n > (udir "/results.tsv")
+        print fatal > (udir "/fatal")
+      }
       printf "%d %d %d\n", passed, failed, skipped > (udir "/counts")
       printf "%s", details > (udir "/details")
       if (reason != "") print reason > (udir "/reason")
       if (note != "") print note > (udir "/note")
     }' "$log"
   touch "$udir/results.tsv" "$udir/failed"
-  # Where a unit hung or aborted: the last test the server saw (runtest logs each test
-  # start to the server with DEBUG LOG).
-  if [ -f "$udir/reason" ] && [ -f "$udir/redis.log" ]; then
+  # Where a unit hung, aborted or crashed: the last test the server saw (runtest logs
+  # each test start to the server with DEBUG LOG).
+  if { [ -f "$udir/reason" ] || [ -f "$udir/fatal" ]; } && [ -f "$udir/redis.log" ]; then
     local last
     last=$(grep -a 'DEBUG LOG: ### Starting test' "$udir/redis.log" | tail -n 1 | sed 's/.*### Starting test //')
-    [ -n "$last" ] && echo "last test started: $last" >>"$udir/reason"
+    if [ -n "$last" ]; then
+      echo "$last" >"$udir/last-test"
+      echo "last test started: $last" >>"$udir/reason"
+    fi
   fi
-  local p f s
+  [ "$kind" = excl ] && check_exclusions "$unit" "$udir"
+  local p f s label=$unit
+  [ "$many" = 1 ] && label="$kind $unit"
   read -r p f s <"$udir/counts"
   {
     flock 9
-    echo "$unit: $p passed, $f failed$([ "$s" -gt 0 ] && echo " ($s skipped)")"
-    [ -f "$udir/reason" ] && sed 's/^/    ! /' "$udir/reason"
-    [ -f "$udir/note" ] && sed 's/^/    ! /' "$udir/note"
-    sed 's/^/    [err] /' "$udir/failed"
+    if [ "$kind" = excl ]; then
+      echo "$label (directly, without its exclusions): $p passed, $f failed$([ "$s" -gt 0 ] && echo " ($s skipped)")"
+      sed 's/^ok\t/    exclusion holds: /; s/^fail\t/    ! EXCLUSION DOES NOT HOLD: /' "$udir/exclusions.tsv"
+    else
+      echo "$label: $p passed, $f failed$([ "$s" -gt 0 ] && echo " ($s skipped)")"
+      [ -f "$udir/reason" ] && sed 's/^/    ! /' "$udir/reason"
+      [ -f "$udir/note" ] && sed 's/^/    ! /' "$udir/note"
+      sed 's/^/    [err] /' "$udir/failed"
+    fi
   } 9>>"$work/out.lock"
 }
 
+# check_exclusions UNIT UDIR: after UNIT ran straight against redis-server without its
+# exclusions, one line per exclusion of the unit in UDIR/exclusions.tsv: "ok<TAB>TEXT"
+# when the excluded test failed there (an [err] or [exception] of that name, or the
+# test the unit hung or crashed in; for "*", any failure of the unit), "fail<TAB>TEXT"
+# when it passed or did not run at all.
+check_exclusions() {
+  local unit=$1 udir=$2 i name ok hit text
+  : >"$udir/exclusions.tsv"
+  for ((i = 0; i < ${#excl_unit[@]}; i++)); do
+    [ "${excl_unit[$i]}" = "$unit" ] || continue
+    name=${excl_name[$i]}
+    text="$unit | $name"
+    if [ "$name" = "*" ]; then
+      if [ -s "$udir/failed" ]; then
+        printf 'ok\t%s: the unit fails directly (%s)\n' "$text" "$(head -n 1 "$udir/failed")"
+      else
+        printf 'fail\t%s: the whole unit passes straight against redis-server; remove it from %s\n' "$text" "$excl_file"
+      fi >>"$udir/exclusions.tsv"
+      continue
+    fi
+    # runtest takes "/REGEXP" as a regular expression, anything else as the exact name;
+    # both reach awk through the environment (-v would expand backslashes)
+    local is='function is(n, re) { re = ENVIRON["EXCL_NAME"]; return substr(re, 1, 1) == "/" ? n ~ substr(re, 2) : n == re }'
+    ok=$(EXCL_NAME=$name awk -F'\t' "$is"' $2 == "ok" && is($3) { print $3; exit }' "$udir/results.tsv")
+    hit=$(EXCL_NAME=$name awk -F'\t' "$is"' $2 == "err" { n = $3; sub(/ \[error in its nested start_server block\]$/, "", n)
+                                   sub(/^\[exception\] /, "", n); if (is(n)) { print $3; exit } }' "$udir/results.tsv")
+    # the test a unit hung or crashed in ("NAME in tests/unit/x.tcl", from redis.log)
+    if [ -z "$hit" ] && [ -f "$udir/last-test" ] &&
+       EXCL_NAME=$name awk "$is"' { n = $0; sub(/ in tests\/[^ ]+\.tcl$/, "", n); if (is(n)) f = 1 } END { exit !f }' "$udir/last-test"; then
+      hit="the unit hung or crashed in it: $(cat "$udir/reason" "$udir/fatal" 2>/dev/null | head -n 1)"
+    fi
+    if [ -n "$ok" ]; then
+      printf 'fail\t%s: it PASSES straight against redis-server; remove it from %s\n' "$text" "$excl_file"
+    elif [ -n "$hit" ]; then
+      printf 'ok\t%s: fails straight against redis-server too ([err] %s)\n' "$text" "$(head -c 300 <<<"$hit")"
+    else
+      printf 'fail\t%s: it did not run straight against redis-server (no such test in %s?)\n' "$text" "$unit"
+    fi >>"$udir/exclusions.tsv"
+  done
+}
+
 worker() {
-  local slot=$1 unit
+  local slot=$1 item
   while :; do
-    unit=$(
+    item=$(
       {
         flock 9
         u=$(head -n 1 "$work/queue")
@@ -382,8 +537,8 @@ worker() {
         echo "$u"
       } 9>>"$work/queue.lock"
     )
-    [ -n "$unit" ] || break
-    run_unit "$slot" "$unit"
+    [ -n "$item" ] || break
+    run_unit "$slot" "${item%%$'\t'*}" "${item#*$'\t'}"
   done
 }
 
@@ -407,31 +562,107 @@ for p in $wpids; do wait "$p"; done
 wpids=""
 elapsed=$(( $(date +%s) - start ))
 
-# ---- summary --------------------------------------------------------------------------
-tot_p=0 tot_f=0 tot_s=0
-: >"$work/results.tsv"
-{
-  echo "mode $mode, redis $srv_version, suite $src, ${elapsed}s wall, $jobs jobs"
+# ---- summary per mode ---------------------------------------------------------------------
+grand_p=0 grand_f=0
+declare -A mode_p=() mode_f=()
+for m in "${modes[@]}"; do
+  mw=${mwork[$m]}
+  tot_p=0 tot_f=0 tot_s=0
+  : >"$mw/results.tsv"
+  {
+    echo "mode $m, redis $srv_version, suite $src, ${elapsed}s wall$([ "$many" = 1 ] && echo " (modes ${modes[*]} together)"), $jobs jobs"
+    while read -r u; do
+      d=$mw/units/${u//\//__}
+      if [ -f "$d/counts" ]; then read -r p f s <"$d/counts"; else p=0 f=1 s=0; fi
+      tot_p=$((tot_p + p)) tot_f=$((tot_f + f)) tot_s=$((tot_s + s))
+      printf '%-45s %5d passed %4d failed %4d skipped %5ss\n' "$u" "$p" "$f" "$s" "$(cat "$d/seconds" 2>/dev/null || echo -)"
+      cat "$d/results.tsv" >>"$mw/results.tsv" 2>/dev/null
+    done <<<"$units"
+    echo "total: $tot_p passed, $tot_f failed, $tot_s skipped"
+  } >"$mw/summary.txt"
+  # failures with their messages, one file
   while read -r u; do
-    d=$work/units/${u//\//__}
-    if [ -f "$d/counts" ]; then read -r p f s <"$d/counts"; else p=0 f=1 s=0; fi
-    tot_p=$((tot_p + p)) tot_f=$((tot_f + f)) tot_s=$((tot_s + s))
-    printf '%-45s %5d passed %4d failed %4d skipped %5ss\n' "$u" "$p" "$f" "$s" "$(cat "$d/seconds" 2>/dev/null || echo -)"
-    cat "$d/results.tsv" >>"$work/results.tsv" 2>/dev/null
-  done <<<"$units"
-  echo "total: $tot_p passed, $tot_f failed, $tot_s skipped"
-} >"$work/summary.txt"
-# failures with their messages, one file
-while read -r u; do
-  d=$work/units/${u//\//__}
-  if [ -s "$d/failed" ]; then
-    echo "=== $u"
-    [ -f "$d/reason" ] && sed 's/^/! /' "$d/reason"
-    [ -f "$d/note" ] && sed 's/^/! /' "$d/note"
-    cat "$d/details"
-  fi
-done <<<"$units" >"$work/failures.txt"
+    d=$mw/units/${u//\//__}
+    if [ -s "$d/failed" ] || [ ! -f "$d/counts" ]; then
+      echo "=== $u"
+      [ -f "$d/counts" ] || echo "! the unit did not run"
+      [ -f "$d/reason" ] && sed 's/^/! /' "$d/reason"
+      [ -f "$d/fatal" ] && sed 's/^/! /' "$d/fatal"
+      [ -f "$d/note" ] && sed 's/^/! /' "$d/note"
+      cat "$d/details" 2>/dev/null
+    fi
+  done <<<"$units" >"$mw/failures.txt"
+  mode_p[$m]=$tot_p mode_f[$m]=$tot_f
+  grand_p=$((grand_p + tot_p)) grand_f=$((grand_f + tot_f))
+  echo "run.sh: mode $m: $tot_s skipped; summary $mw/summary.txt, failures $mw/failures.txt, per unit $mw/units/" >&2
+done
 
-echo "run.sh: mode $mode finished in ${elapsed}s; $tot_s skipped; summary $work/summary.txt, failures $work/failures.txt, per unit $work/units/" >&2
-echo "$tot_p passed, $tot_f failed"
-[ "$tot_f" -eq 0 ]
+# ---- the exclusions' own rule: each excluded test fails straight against redis-server ----
+excl_ok=0 excl_bad=0
+declare -a excl_lines=()
+for u in "${!excl_units[@]}"; do
+  t=${mwork[direct]}/exclusions/${u//\//__}/exclusions.tsv
+  if [ ! -f "$t" ]; then
+    excl_bad=$((excl_bad + 1)); excl_lines+=("  ! $u: its run without the exclusions did not finish")
+    continue
+  fi
+  while IFS=$'\t' read -r st text; do
+    if [ "$st" = ok ]; then excl_ok=$((excl_ok + 1)); excl_lines+=("  $text")
+    else excl_bad=$((excl_bad + 1)); excl_lines+=("  ! $text"); fi
+  done <"$t"
+done
+
+# ---- each proxied mode against the direct one -----------------------------------------------
+cmp_bad=0
+declare -a cmp_lines=()
+if [ "$compare" = 1 ]; then
+  dw=${mwork[direct]}
+  for m in "${modes[@]}"; do
+    [ "$m" = direct ] && continue
+    mw=${mwork[$m]}
+    fewer=0
+    while read -r u; do
+      n=${u//\//__}
+      dp=-1 mp=-1
+      [ -f "$dw/units/$n/counts" ] && read -r dp _ _ <"$dw/units/$n/counts"
+      [ -f "$mw/units/$n/counts" ] && read -r mp _ _ <"$mw/units/$n/counts"
+      if [ "$dp" -lt 0 ] || [ "$mp" -lt 0 ]; then
+        fewer=$((fewer + 1))
+        cmp_lines+=("  ! $m $u: did not finish $([ "$dp" -lt 0 ] && echo directly || echo "through ttlguard")")
+      elif [ "$mp" -lt "$dp" ]; then
+        fewer=$((fewer + 1))
+        cmp_lines+=("  ! $m $u: $mp passed through ttlguard, $dp directly")
+      fi
+    done <<<"$units"
+    cmp_bad=$((cmp_bad + fewer))
+    bash "$here/compare.sh" "$dw" "$mw" >"$work/compare-$m.md" 2>&1
+    if [ "$fewer" -eq 0 ]; then
+      cmp_lines+=("  $m: every unit passed as many tests through ttlguard as directly (${mode_p[$m]} and ${mode_p[direct]} in all)")
+    else
+      cmp_lines+=("  $m: $fewer units passed fewer tests through ttlguard than directly")
+    fi
+    if grep -q '^### ' "$work/compare-$m.md"; then
+      cmp_lines+=("  $m: tests that pass directly and fail through ttlguard (details in $work/compare-$m.md):")
+      while IFS= read -r l; do cmp_lines+=("    $l"); done < <(grep -E '^(### |- `)' "$work/compare-$m.md")
+    fi
+  done
+fi
+
+echo "run.sh: finished in ${elapsed}s; logs in $work" >&2
+echo
+echo "Redis's own suite (redis $src_version) against redis-server $srv_version, ${elapsed}s:"
+for m in "${modes[@]}"; do
+  echo "  mode $m: ${mode_p[$m]} passed, ${mode_f[$m]} failed"
+done
+if [ ${#excl_units[@]} -gt 0 ]; then
+  echo "exclusions, each excluded test run straight against redis-server: $excl_ok fail there as their reason says, $excl_bad do not"
+  printf '%s\n' "${excl_lines[@]}"
+fi
+if [ "$compare" = 1 ]; then
+  echo "the proxied modes against the direct one:"
+  printf '%s\n' "${cmp_lines[@]}"
+fi
+all_p=$((grand_p + excl_ok))
+all_f=$((grand_f + excl_bad + cmp_bad))
+echo "$all_p passed, $all_f failed"
+[ "$all_f" -eq 0 ]
