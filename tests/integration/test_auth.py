@@ -38,10 +38,11 @@ def sha(text):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def send_raw(port, payload, wait=0.4):
-    """Everything the server says to payload within `wait` seconds of
-    silence, "<EOF>" when it closes."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=wait)
+def send_raw(port, payload, wait=0.2):
+    """Everything the server says to payload until `wait` seconds of silence
+    (scaled like every time limit here: slow builds answer later), "<EOF>"
+    when it closes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=harness.slow(wait))
     data = b""
     try:
         s.sendall(payload)
