@@ -257,7 +257,7 @@ static void rewrite_shards(struct rv_tree *t, struct rv *root)
 }
 
 /* One CLUSTER NODES line: "<id> <ip>:<port>@<cport>[,<hostname>] <flags> ...". */
-static void rewrite_nodes_line(struct sbuf *out, const char *p, size_t n)
+static void rewrite_nodes_line(struct sbuf *out, const char *p, size_t n, void *ctx)
 {
     const char *sp = memchr(p, ' ', n);
     const char *addr = sp != NULL ? sp + 1 : NULL;
@@ -293,8 +293,11 @@ static void rewrite_nodes_line(struct sbuf *out, const char *p, size_t n)
     sbuf_add(out, end, (size_t)(p + n - end));
 }
 
-/* A CLUSTER NODES text (every line), into a new string value of v. */
-static void rewrite_nodes_text(struct rv_tree *t, struct rv *v)
+/* A text value (CLUSTER NODES, INFO), every line through line(), which gets
+ * it without its "\r\n" or "\n", into a new string value of v. */
+static void rewrite_lines(struct rv_tree *t, struct rv *v,
+                          void (*line)(struct sbuf *out, const char *p, size_t n, void *ctx),
+                          void *ctx)
 {
     struct sbuf out = { 0 };
     const char *p = v->s, *end = v->s + v->len;
@@ -305,7 +308,10 @@ static void rewrite_nodes_text(struct rv_tree *t, struct rv *v)
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t len = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
-        rewrite_nodes_line(&out, p, len);
+        size_t cr = len > 0 && p[len - 1] == '\r';
+        line(&out, p, len - cr, ctx);
+        if (cr)
+            sbuf_add(&out, "\r", 1);
         if (nl != NULL)
             sbuf_add(&out, "\n", 1);
         p += len + (nl != NULL);
@@ -365,8 +371,9 @@ static void rewrite_role(struct rv_tree *t, struct rv *v)
 
 /* One "key:value" line of INFO's replication section, into out: a
  * replica's master_host/master_port, a primary's "slaveN:ip=..,port=..,..". */
-static void rewrite_info_line(struct sbuf *out, const char *p, size_t n, struct slice *mhost)
+static void rewrite_info_line(struct sbuf *out, const char *p, size_t n, void *ctx)
 {
+    struct slice *mhost = ctx;      /* master_host, for master_port on a later line */
     static const char hostk[] = "master_host:", portk[] = "master_port:";
     char line[160];
     if (n > sizeof hostk - 1 && memcmp(p, hostk, sizeof hostk - 1) == 0) {
@@ -400,31 +407,6 @@ static void rewrite_info_line(struct sbuf *out, const char *p, size_t n, struct 
         sbuf_add(out, pe, (size_t)(p + n - pe));
 }
 
-/* INFO's text (every line), into a new string value of v. master_host
- * comes before master_port in Redis's and Valkey's replication section. */
-static void rewrite_info_text(struct rv_tree *t, struct rv *v)
-{
-    struct sbuf out = { 0 };
-    struct slice mhost = { "", 0 };
-    const char *p = v->s, *end = v->s + v->len;
-    if (v->type == '=' && v->len >= 4) {       /* RESP3 verbatim: "txt:" first */
-        sbuf_add(&out, p, 4);
-        p += 4;
-    }
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t len = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
-        size_t cr = len > 0 && p[len - 1] == '\r';
-        rewrite_info_line(&out, p, len - cr, &mhost);
-        if (cr)
-            sbuf_add(&out, "\r", 1);
-        if (nl != NULL)
-            sbuf_add(&out, "\n", 1);
-        p += len + (nl != NULL);
-    }
-    rv_set_str(t, v, out.p != NULL ? out.p : "", out.len);
-    free(out.p);
-}
 
 /* A redirect: -MOVED <slot> <host>:<port>, or -ASK. */
 struct redirect {
@@ -495,19 +477,23 @@ static void rewrite_value(struct rv_tree *t, struct rv *v, enum topo_kind kind)
         break;
     case TOPO_NODES:
         if (v->type == '$' || v->type == '=')
-            rewrite_nodes_text(t, v);
+            rewrite_lines(t, v, rewrite_nodes_line, NULL);
         break;
     case TOPO_REPLICAS:
         for (size_t i = 0; v->type == '*' && i < v->n; i++)
             if (v->el[i].type == '$' || v->el[i].type == '=')
-                rewrite_nodes_text(t, &v->el[i]);
+                rewrite_lines(t, &v->el[i], rewrite_nodes_line, NULL);
         break;
     case TOPO_ROLE:
         rewrite_role(t, v);
         break;
     case TOPO_INFO:
-        if (v->type == '$' || v->type == '=')
-            rewrite_info_text(t, v);
+        if (v->type == '$' || v->type == '=') {
+            /* master_host comes before master_port in Redis's and Valkey's
+             * replication section. */
+            struct slice mhost = { "", 0 };
+            rewrite_lines(t, v, rewrite_info_line, &mhost);
+        }
         break;
     case TOPO_NONE:
     case TOPO_EXEC:
