@@ -362,26 +362,41 @@ static void build_followup(struct sbuf *b, const struct request *req, int np)
         sb_bulk_u64(b, found[i].rule->ttl);
 }
 
-/* Scripts and functions declare their keys; what they do to them happens out
- * of sight. Record them; in rewrite mode make sure they end with a TTL. */
-static enum verdict check_script(const struct config *cfg, const struct request *req, int nk,
-                                 const struct policy_ctx *ctx, struct rewrite *rw)
+/* Of keys[0..nk), those under a rule that judges (not durable, not allow)
+ * go to nargv[] for the event (*nrule of them), and those a rewrite rule
+ * with a TTL can give one to go to found[] (returns how many). unjudged: a
+ * command the proxy cannot judge, where only keys it may write count, under
+ * rules with unknown = protect. */
+static int keys_to_protect(const struct config *cfg, const struct request *req, int nk,
+                           int unjudged, int *nrule)
 {
-    int np = 0, nrule = 0;
-    char detail[128];
-
+    int np = 0;
+    *nrule = 0;
     for (int i = 0; i < nk; i++) {
         struct slice key = req->argv[keys[i].argi];
         const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
         if (r->kind == RULE_DURABLE || r->action == ACTION_ALLOW)
             continue;
-        nargv[nrule++] = key;           /* the keys under a rule, for the event */
-        if (r->action == ACTION_REWRITE && r->ttl > 0) {
-            found[np].argi = keys[i].argi;
-            found[np].rule = r;
-            np++;
-        }
+        nargv[(*nrule)++] = key;
+        if (r->action != ACTION_REWRITE || r->ttl <= 0 ||
+            (unjudged && (keys[i].effect == TE_NONE || r->unknown != UNKNOWN_PROTECT)))
+            continue;
+        found[np++] = (struct finding){ .argi = keys[i].argi, .rule = r,
+                                        .effect = EFF_CREATES_WITHOUT_TTL,
+                                        .action = EACT_REWRITTEN, .ttl_argi = -1 };
     }
+    return np;
+}
+
+/* Scripts and functions declare their keys; what they do to them happens out
+ * of sight. Record them; in rewrite mode make sure they end with a TTL. */
+static enum verdict check_script(const struct config *cfg, const struct request *req, int nk,
+                                 const struct policy_ctx *ctx, struct rewrite *rw)
+{
+    int nrule;
+    int np = keys_to_protect(cfg, req, nk, 0, &nrule);
+    char detail[128];
+
     if (nrule == 0)
         return V_FORWARD;
 
@@ -657,22 +672,9 @@ static enum verdict protect_unjudged(const struct config *cfg, const struct requ
     static const char how[] = "; protected: each key it may write under a rewrite rule "
                               "ends with a TTL (EXPIRE key ttl NX in its MULTI)";
     char detail[256];
-    int np = 0, nrule = 0;
+    int nrule;
+    int np = keys_to_protect(cfg, req, nk, 1, &nrule);
 
-    for (int i = 0; i < nk; i++) {
-        struct slice key = req->argv[keys[i].argi];
-        const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
-        if (r->kind == RULE_DURABLE || r->action == ACTION_ALLOW)
-            continue;
-        nargv[nrule++] = key;           /* the keys under a rule, for the event */
-        if (keys[i].effect == TE_NONE || r->action != ACTION_REWRITE || r->ttl <= 0 ||
-            r->unknown != UNKNOWN_PROTECT)
-            continue;
-        found[np] = (struct finding){ .argi = keys[i].argi, .rule = r,
-                                      .effect = EFF_CREATES_WITHOUT_TTL,
-                                      .action = EACT_REWRITTEN, .ttl_argi = -1 };
-        np++;
-    }
     snprintf(detail, sizeof detail, "%s%s", why, np > 0 ? how : "");
     events_unverified_keys(req->argv[0], detail, nargv, nrule, ctx->client);
     if (np == 0)
