@@ -161,6 +161,9 @@ static unsigned features(const struct server_id *table, const struct server_id *
         if (table->version >= SRV_VERSION(8, 6, 2))
             f |= FT_HSETEX_FIELDS_ONCE;
     }
+    if (real->kind != SRV_VALKEY && real->version >= SRV_VERSION(8, 0, 0) &&
+        real->version < SRV_VERSION(8, 6, 0))
+        f |= FT_EMPTY_NO_RESET;
     unsigned verified = real->kind == SRV_VALKEY ? VALKEY_VERIFIED : REDIS_VERIFIED;
     if (real->version > table->version || real->version > verified)
         f |= FT_NEWER;

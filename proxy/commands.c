@@ -910,6 +910,7 @@ static int opt_increx(int argc, const struct slice *argv, unsigned feat, struct 
 #define BLK     CMD_BLOCKING
 #define NS      CMD_NOSCRIPT
 #define DOC     CMD_DOCUMENTED
+#define WI      CMD_WIDEINT
 
 /* XGROUP subcommands: the key is argv[2]. Only CREATE ... MKSTREAM creates
  * the stream; the others change the groups of an existing one. */
@@ -983,7 +984,7 @@ const struct command command_table[] = {
     ROW_SINCE(R88, NEVER, "armset", -4, W | DOC, NULL, KEY("key", AT(1), CREATE)),
     ROW_SINCE(R88, NEVER, "arring", -4, W | DOC, NULL, KEY("key", AT(1), CREATE)),
     ROW_SINCE(R88, NEVER, "arset", -4, W | DOC, NULL, KEY("key", AT(1), CREATE)),
-    ROW("bitfield", -2, W, opt_bitfield, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
+    ROW("bitfield", -2, W | WI, opt_bitfield, KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("bitop", -4, W, opt_bitop,
         KEY("destination", AT(2), OVERWRITE), KEY("source", RANGE(3, -1, 1), NONE)),
     BLOCKING_NS_UNTIL_72("blmove", 6, opt_lmove,
@@ -1012,8 +1013,8 @@ const struct command command_table[] = {
         KEY_BY_OPTIONS("destination", AT(2), E(CREATE) | E(OVERWRITE) | E(CARRY))),
     /* DEBUG POPULATE, RELOAD, ... create or reload keys behind the table's back. */
     ROW_NOKEYS("debug", -2, CMD_UNVERIFIED | NS),
-    ROW("decr", 2, W, NULL, KEY("key", AT(1), CREATE)),
-    ROW("decrby", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("decr", 2, W | WI, NULL, KEY("key", AT(1), CREATE)),
+    ROW("decrby", 3, W | WI, NULL, KEY("key", AT(1), CREATE)),
     ROW("del", -2, W, NULL, KEY("key", RANGE(1, -1, 1), NONE)),
     /* Deletes the key, or with IFEQ|IFNE|IFDEQ|IFDNE when its value (or digest)
      * compares so; Redis checks the condition's word only on an existing key.
@@ -1051,7 +1052,7 @@ const struct command command_table[] = {
     ROW_SINCE(R74, V90, "hexpireat", -6, W, NULL, KEY("key", AT(1), NONE)),
     ROW_SINCE(R80, V91, "hgetdel", -5, W, NULL, KEY("key", AT(1), NONE)),
     ROW_SINCE(R80, V90, "hgetex", -5, W, NULL, KEY("key", AT(1), NONE)),
-    ROW("hincrby", 4, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("hincrby", 4, W | WI, NULL, KEY("key", AT(1), CREATE)),
     ROW("hincrbyfloat", 4, W, NULL, KEY("key", AT(1), CREATE)),
     ROW("hmset", -4, W, opt_hset, KEY("key", AT(1), CREATE)),
     ROW_SINCE(R74, V90, "hpersist", -5, W, NULL, KEY("key", AT(1), NONE)),
@@ -1061,8 +1062,8 @@ const struct command command_table[] = {
     ROW_SINCE(R80, V90, "hsetex", -6, W, opt_hsetex,
               KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE))),
     ROW("hsetnx", 4, W, NULL, KEY("key", AT(1), CREATE)),
-    ROW("incr", 2, W, NULL, KEY("key", AT(1), CREATE)),
-    ROW("incrby", 3, W, NULL, KEY("key", AT(1), CREATE)),
+    ROW("incr", 2, W | WI, NULL, KEY("key", AT(1), CREATE)),
+    ROW("incrby", 3, W | WI, NULL, KEY("key", AT(1), CREATE)),
     ROW("incrbyfloat", 3, W, NULL, KEY("key", AT(1), CREATE)),
     ROW_SINCE(R88, V92, "increx", -2, W | DOC, opt_increx,
               KEY_BY_OPTIONS("key", AT(1), E(NONE) | E(CREATE) | E(PERSIST) | E(SETS_TTL))),
@@ -1474,7 +1475,7 @@ static void print_flags(FILE *out, unsigned flags)
         { CMD_WRITE, "write" }, { CMD_BLOCKING, "blocking" }, { CMD_SCRIPT, "script" },
         { CMD_UNVERIFIED, "unverified" }, { CMD_EXPIRE, "expire" }, { CMD_NOSCRIPT, "noscript" },
         { CMD_DERIVED, "derived" }, { CMD_UNJUDGED, "unjudged" }, { CMD_PARTIAL, "partial" },
-        { CMD_DOCUMENTED, "documented" },
+        { CMD_DOCUMENTED, "documented" }, { CMD_WIDEINT, "wideint" },
     };
     const char *sep = "";
 

@@ -60,6 +60,9 @@ enum ttl_unit {
 #define CMD_DOCUMENTED  (1u << 10)  /* taken from the server's documentation, not verified by
                                        experiment: only servers newer than the verified ones
                                        have such a row (their arguments are FT_NEWER's) */
+#define CMD_WIDEINT     (1u << 11)  /* its reply holds integers that may pass 2^53 (INCR,
+                                       BITFIELD): a Lua script would round them (Lua numbers
+                                       are doubles), so it is never wrapped in one */
 
 /* The server behind the proxy. */
 enum server_kind { SRV_REDIS, SRV_VALKEY };
@@ -93,6 +96,10 @@ extern const struct server_id server_id_default;
                                            assumed) */
 #define FT_XADD_IDMP        (1u << 8)   /* XADD ... IDMPAUTO pid|IDMP pid iid (Redis 8.6) */
 #define FT_HSETEX_FIELDS_ONCE (1u << 9) /* HSETEX refuses a second FIELDS (Redis 8.6.2) */
+#define FT_EMPTY_NO_RESET   (1u << 10)  /* an empty request (*0, *-1, a blank line) does not
+                                           reset the client: a CLIENT REPLY SKIP before it still
+                                           skips the command after it (Redis 8.0 to 8.4; the
+                                           real server's version, not the table's) */
 
 /* One key a command writes, as found in a concrete argv. */
 struct key_ref {

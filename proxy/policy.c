@@ -23,8 +23,9 @@
  * Either way no other client, no crash and no failover can observe the key
  * without its TTL in between.
  *
- * Blocking commands cannot block inside a script, and commands flagged
- * noscript cannot run in one at all: those run as sent and are followed by a
+ * Blocking commands cannot block inside a script, commands flagged noscript
+ * cannot run in one at all, and a script would round the integers of INCR's
+ * or BITFIELD's reply past 2^53: those run as sent and are followed by a
  * FIX_LUA call in the same pipeline (its reply is swallowed by the session).
  * That closes the gap as soon as Redis executes the next command of this
  * connection, but is not atomic; docs/reliability.md, "Limits", says so.
@@ -985,7 +986,8 @@ static enum verdict rewrite_command(const struct request *req, const struct poli
         mset_form(req, np, rw);
         return V_REWRITE;
     }
-    if (np > 0 && !(flags & CMD_NOSCRIPT) && !unchecked && !blocks && argc < MAX_WRAP_ARGS) {
+    if (np > 0 && !(flags & (CMD_NOSCRIPT | CMD_WIDEINT)) && !unchecked && !blocks &&
+        argc < MAX_WRAP_ARGS) {
         wrap_form(req, id, modified, argc, np, rw);
         return V_REWRITE;
     }

@@ -1448,13 +1448,14 @@ static enum handled handle_request(struct session *s, const struct request *req)
     return HR_DONE;
 }
 
-/* Empty requests came before the next one. Redis resets the client after
- * each (processInputBuffer: resetClient() with no command), which ends a
- * pending CLIENT REPLY SKIP: the command after them is answered. Redis behind
- * the proxy must see one too, or it would skip that reply. */
+/* Empty requests came before the next one. Redis 7.0 and 8.6 (and Valkey)
+ * reset the client after each (processInputBuffer: resetClient() with no
+ * command), which ends a pending CLIENT REPLY SKIP: the command after them is
+ * answered. Redis behind the proxy must see one too, or it would skip that
+ * reply. Redis 8.0 resets nothing: the SKIP waits for the next command. */
 static void empty_request(struct session *s)
 {
-    if (!s->reply_skip)
+    if (!s->reply_skip || (command_set_features(s->srv->commands) & FT_EMPTY_NO_RESET))
         return;
     s->reply_skip = 0;
     tob_add(s, "\r\n", 2, 1);

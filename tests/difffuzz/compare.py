@@ -140,3 +140,87 @@ def same(norm, a, b, slack_ms):
     if norm == "hello":
         return _hello(a, b)
     return False
+
+
+# --------------------------------------------------------------------------
+# Batches the connection model does not follow: compared raw
+# --------------------------------------------------------------------------
+
+# RESP2 confirmations of an UNSUBSCRIBE / PUNSUBSCRIBE (first element).
+_UNSUB_KINDS = (b"$11\r\nunsubscribe\r\n", b"$12\r\npunsubscribe\r\n")
+
+
+def batch_normalisers(norms):
+    """The normalisers of a batch's requests (model.request_normaliser of
+    each), as the set a raw comparison may use: each names a reply that
+    differs between two servers by nature."""
+    out = set()
+    for n in norms:
+        if n != "exact":
+            out.add(n)
+    return out
+
+
+def _pubsub_reply(raw):
+    """A RESP3 push, or a RESP2 (p)unsubscribe confirmation: the replies a
+    server sends in an order of its own (the walk of a dict)."""
+    if raw[:1] == b">":
+        return True
+    if raw[:1] != b"*":
+        return False
+    sa = split_aggregate(raw)
+    return sa is not None and len(sa[1]) == 3 and sa[1][0] in _UNSUB_KINDS
+
+
+def _unsub(raw):
+    sa = split_aggregate(raw)
+    return sa is not None and len(sa[1]) == 3 and sa[1][0] in _UNSUB_KINDS
+
+
+def _lax(a, b, norms, slack_ms, exec_ok):
+    """One reply of a raw batch: the same bytes, or the same under one of the
+    batch's normalisers; with exec_ok, an array compared element by element
+    the same way (EXEC's reply)."""
+    if a == b or any(same(n, a, b, slack_ms) for n in norms):
+        return True
+    if exec_ok and a[:1] == b"*" == b[:1]:
+        sa, sb = split_aggregate(a), split_aggregate(b)
+        if sa is not None and sb is not None and len(sa[1]) == len(sb[1]):
+            return all(_lax(x, y, norms, slack_ms, False) for x, y in zip(sa[1], sb[1]))
+    return False
+
+
+def first_raw_difference(ra, rb, norms, slack_ms, exec_ok=True):
+    """Index of the first reply where the raw lists ra (direct) and rb
+    (through ttlguard) differ, or None when they agree: position by
+    position, byte for byte, except that
+      - a reply may differ as one of the batch's normalisers allows (norms:
+        batch_normalisers), or, with exec_ok, an array element by element so;
+      - a run of pub/sub replies (RESP3 pushes, RESP2 unsubscribe
+        confirmations) is taken as a group: the same replies in any order
+        (confirmations: compare.same_unsub_group).
+    A list longer than the other differs where the shorter one ends."""
+    i = 0
+    n = min(len(ra), len(rb))
+    while i < n:
+        a, b = ra[i], rb[i]
+        if _lax(a, b, norms, slack_ms, exec_ok):
+            i += 1
+            continue
+        if _pubsub_reply(a) and _pubsub_reply(b):
+            ja = i
+            while ja < len(ra) and _pubsub_reply(ra[ja]):
+                ja += 1
+            jb = i
+            while jb < len(rb) and _pubsub_reply(rb[jb]):
+                jb += 1
+            ga, gb = ra[i:ja], rb[i:jb]
+            if all(_unsub(x) for x in ga + gb):
+                ok = same_unsub_group(ga, gb) if len(ga) == len(gb) else False
+            else:
+                ok = sorted(ga) == sorted(gb)
+            if ok:
+                i = ja
+                continue
+        return i
+    return None if len(ra) == len(rb) else n

@@ -3,10 +3,12 @@ What one client connection owes: a model of Redis 7.0's connection state
 (protocol, MULTI, CLIENT REPLY, pub/sub subscriptions) that says how many
 replies each request gets and how each reply is compared.
 
-The model is checked against the direct redis-server on every batch: when the
-number of replies differs from the model's count the case is invalid (a
-harness bug while generating, or a shrinking step that made a sequence the
-model does not cover), never a proxy finding.
+The model is checked against the direct server on every batch: when the
+number of replies differs from the model's count (a server that is not Redis
+7.0, a shrinking step that made a sequence the model does not cover), or the
+model cannot follow a request (Unsupported), the batch is compared raw
+instead: the proxy's replies against the server's, position by position
+(difffuzz.compare_raw, compare.first_raw_difference). Nothing is skipped.
 
 Comparison of one reply ("slot") is byte for byte, except for the few replies
 that are nondeterministic by nature (see NORMALISERS below); each exception is

@@ -55,7 +55,7 @@ import probe_ttl_effects as probe  # noqa: E402
 SCRIPTS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
 # The flag words of `ttlguard commands` (proxy/commands.h).
 FLAGS = {"write", "blocking", "script", "unverified", "expire", "noscript", "derived",
-         "unjudged", "partial", "documented"}
+         "unjudged", "partial", "documented", "wideint"}
 EXPIRES = {"expire", "pexpire", "expireat", "pexpireat"}
 UNVERIFIED_AT_LEAST = {"swapdb"}
 # Containers with write subcommands, on the servers that have those.
