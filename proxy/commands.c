@@ -1546,6 +1546,38 @@ void print_row(FILE *out, const struct command *c)
     fputc('\n', out);
 }
 
+/* Where a KS_INDEX key spec's last key is for argc arguments; -1 when it
+ * depends on more than the count (a keyword, numkeys, an option). */
+static int spec_last(const struct key_spec *ks, int argc)
+{
+    if (ks->begin != KS_INDEX || ks->find != KS_RANGE || ks->limit != 0)
+        return -1;
+    return ks->last >= 0 ? ks->index + ks->last : argc + ks->last;
+}
+
+int command_keys_before(const struct cmd_info *ci, int argc, int known,
+                        const struct slice *argv, struct key_ref *out)
+{
+    const struct command *c = ci->row;
+    int n = 0;
+
+    if (c == NULL)
+        return 0;
+    if (c->subs != NULL || (c->flags & (CMD_SCRIPT | CMD_UNVERIFIED | CMD_UNJUDGED |
+                                        CMD_KEYS_UNKNOWN)))
+        return -1;
+    for (int i = 0; i < c->nspecs; i++) {
+        const struct key_spec *ks = &c->specs[i];
+        int last = spec_last(ks, argc);
+        if (last < 0 || last >= known)
+            return -1;
+        for (int k = ks->index; k <= last; k += ks->step > 0 ? ks->step : 1)
+            out[n++] = (struct key_ref){ .argi = k, .effect = TE_CREATE, .ttl_argi = -1,
+                                         .db_argi = -1 };
+    }
+    return n;
+}
+
 int command_key_args(const struct cmd_info *ci, int argc, const struct slice *argv,
                      struct key_ref *out)
 {

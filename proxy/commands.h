@@ -227,6 +227,15 @@ int command_keys(const struct cmd_info *ci, int argc, const struct slice *argv,
 int command_key_args(const struct cmd_info *ci, int argc, const struct slice *argv,
                      struct key_ref *out);
 
+/* The keys of a request of argc arguments of which only argv[0..known) are
+ * at hand (a large one, streamed): every argument its key specs can name,
+ * whatever the command does to it. Returns the count (0 for reads the table
+ * leaves out), or -1 when a key may lie at or after `known` or only options,
+ * a keyword or a key count would tell where (or the row's keys cannot be
+ * judged at all). out must have room for known entries. */
+int command_keys_before(const struct cmd_info *ci, int argc, int known,
+                        const struct slice *argv, struct key_ref *out);
+
 /* Print the set for `ttlguard commands`: one line per row, sorted by name
  * (derived rows after the table's),
  * fields separated by one space (tests/integration/test_command_table.py

@@ -47,6 +47,22 @@ struct req_framer {
     int inline_join;        /* Valkey 9's inline splitting (req_framer_set_inline_join()) */
     int empty_seen;         /* an empty request was skipped (req_framer_take_empty()) */
     char err[160];
+
+    /* Large requests: once a bulk of HAND_MIN bytes or more is announced,
+     * hiredis is dropped and the rest of the request is framed here, by
+     * hand (hand_next()), fed being the cursor: a large payload is never
+     * copied, and no byte is looked at twice. A bulk of stream_min bytes
+     * or more that is not all in the buffer makes the request's head. */
+    size_t stream_min;      /* 0: never */
+    int hand;               /* the rest of the request is framed by hand */
+    int hold;               /* the caller holds it whole (req_framer_hold()) */
+    int head_found;         /* a large bulk not all in the buffer was met: `head` is set */
+    int head_given;         /* the head was returned (REQ_HEAD) */
+    int streaming;          /* its rest is returned in parts (req_framer_stream()) */
+    size_t s_left;          /* bytes left of the bulk at the cursor, its CRLF included */
+    long long s_args;       /* arguments after it */
+    struct req_head head;
+    size_t head_payload;    /* offset of the large bulk's first payload byte */
 };
 
 /* hiredis needs a non-NULL object per element; we build none. */
@@ -56,6 +72,19 @@ static void *cb_fail(struct req_framer *f, const char *msg)
 {
     f->cb_err = msg;
     return NULL;    /* hiredis turns NULL into an error and stops */
+}
+
+/* An argument at buf[off..off+len). */
+static void add_arg(struct req_framer *f, size_t off, size_t len)
+{
+    if (f->argc == f->argcap) {
+        f->argcap = f->argcap ? f->argcap * 2 : 16;
+        f->off = xrealloc(f->off, sizeof *f->off * (size_t)f->argcap);
+        f->len = xrealloc(f->len, sizeof *f->len * (size_t)f->argcap);
+    }
+    f->off[f->argc] = off;
+    f->len[f->argc] = len;
+    f->argc++;
 }
 
 static void *cb_string(const redisReadTask *task, char *str, size_t len)
@@ -72,14 +101,7 @@ static void *cb_string(const redisReadTask *task, char *str, size_t len)
 
     if (f->unauth && len > REQ_MAX_UNAUTH_BULK)
         return cb_fail(f, "Protocol error: unauthenticated bulk length");
-    if (f->argc == f->argcap) {
-        f->argcap = f->argcap ? f->argcap * 2 : 16;
-        f->off = xrealloc(f->off, sizeof *f->off * (size_t)f->argcap);
-        f->len = xrealloc(f->len, sizeof *f->len * (size_t)f->argcap);
-    }
-    f->off[f->argc] = f->fed - r->len + (size_t)(str - r->buf);
-    f->len[f->argc] = len;
-    f->argc++;
+    add_arg(f, f->fed - r->len + (size_t)(str - r->buf), len);
     return &dummy_obj;
 }
 
@@ -108,6 +130,7 @@ static void cb_free(void *obj)
 }
 
 #define FEED_SLICE 4096
+#define HAND_MIN   4096     /* a bulk hiredis is not given (hand_next()) */
 
 static redisReplyObjectFunctions req_functions = {
     cb_string, cb_array, cb_integer, cb_nil, cb_free,
@@ -153,11 +176,33 @@ void req_framer_rewind(struct req_framer *f)
 {
     reader_drop(f);
     f->busy = 0;
+    f->hand = 0;
+}
+
+void req_framer_set_stream(struct req_framer *f, size_t min_bulk)
+{
+    f->stream_min = min_bulk;
+}
+
+void req_framer_hold(struct req_framer *f)
+{
+    f->hold = 1;
+}
+
+size_t req_framer_stream(struct req_framer *f)
+{
+    f->streaming = 1;
+    return f->head_payload;
+}
+
+int req_framer_streaming(const struct req_framer *f)
+{
+    return f->streaming;
 }
 
 int req_framer_idle(const struct req_framer *f)
 {
-    return !f->busy;
+    return !f->busy && !f->streaming;
 }
 
 const char *req_framer_error(const struct req_framer *f)
@@ -181,9 +226,10 @@ void req_framer_moved(struct req_framer *f, size_t from, size_t to)
     size_t d = from - to;
     /* Bytes before `from` are gone; hiredis never holds unconsumed ones there. */
     f->fed = f->fed >= from ? f->fed - d : to;
-    if (!f->busy)
+    if (!f->busy || f->streaming)
         return;
     f->start -= d;
+    f->head_payload -= d;
     if (f->bulk_end > 0)
         f->bulk_end -= d;
     for (int i = 0; i < f->argc; i++)
@@ -381,6 +427,7 @@ static int inline_next(struct req_framer *f, const char *buf, size_t len, size_t
     req->raw.p = start;
     req->raw.len = next - *pos;
     req->inline_cmd = 1;
+    req->head = NULL;
     *pos = next;
     return 1;
 }
@@ -410,9 +457,124 @@ static int check_pending_bulk(struct req_framer *f)
     /* Where the payload (and its CRLF) ends in the caller's buffer: hiredis
      * gets it in one piece once it is all there, not a slice at a time
      * (each slice would grow hiredis's buffer again). */
-    if ((size_t)(cr - hdr) + 1 < avail && cr[1] == '\n')     /* the line hiredis will see */
-        f->bulk_end = f->fed - r->len + (size_t)(cr - r->buf) + 2 + (size_t)n + 2;
+    if ((size_t)(cr - hdr) + 1 >= avail || cr[1] != '\n')
+        return 0;                       /* not the line hiredis will see, yet */
+    size_t payload = f->fed - r->len + (size_t)(cr - r->buf) + 2;
+    if ((size_t)n < HAND_MIN || r->ridx != 1) {
+        f->bulk_end = payload + (size_t)n + 2;
+        return 0;
+    }
+    /* A bulk worth not copying: the rest of the request, this bulk's
+     * header on, is framed by hand. */
+    f->head.total = r->rstack[0].elements;
+    f->fed = f->fed - r->len + (size_t)(hdr - 1 - r->buf);     /* at its '$' */
+    reader_drop(f);
+    f->hand = 1;
+    f->hold = f->head_given = f->head_found = 0;
+    f->s_left = 0;
+    f->s_args = f->head.total - f->argc;
     return 0;
+}
+
+/* A bulk header framed by hand: "$len\r\n" at buf[*p], checked as Redis
+ * checks it. 1: *p moved past it; 0: not all here yet; -1: protocol error. */
+static int hand_header(struct req_framer *f, const char *buf, size_t len, size_t *p)
+{
+    if (buf[*p] != '$') {
+        snprintf(f->err, sizeof f->err, "ERR Protocol error: expected '$', got '%c'", buf[*p]);
+        return -1;
+    }
+    const char *cr = memchr(buf + *p, '\r', len - *p);
+    if (cr == NULL || (size_t)(cr - buf) + 1 >= len) {
+        if (len - *p > REQ_MAX_INLINE)
+            return fail(f, "Protocol error: too big bulk count string");
+        return 0;
+    }
+    long long n;
+    if (parse_ll(buf + *p + 1, (size_t)(cr - buf) - *p - 1, &n) != 0 || n < 0 ||
+        n > REQ_MAX_BULK)
+        return fail(f, "Protocol error: invalid bulk length");
+    if (f->unauth && n > REQ_MAX_UNAUTH_BULK)
+        return fail(f, "Protocol error: unauthenticated bulk length");
+    *p = (size_t)(cr - buf) + 2;
+    f->s_left = (size_t)n + 2;
+    f->s_args--;
+    if (f->streaming)
+        return 1;
+    if (!f->head_found && f->stream_min > 0 && (size_t)n >= f->stream_min &&
+        len - *p < f->s_left) {
+        /* The first large bulk not all here: the request's head ends here. */
+        f->head_found = 1;
+        f->head.big = f->argc;
+        f->head.big_len = n;
+        f->head_payload = *p;
+    }
+    add_arg(f, *p, (size_t)n);
+    return 1;
+}
+
+/* Frame by hand as far as buf goes. Like Redis, the two bytes after a
+ * payload are skipped unread. Returns -1 on a protocol error. */
+static int hand_frame(struct req_framer *f, const char *buf, size_t len)
+{
+    size_t p = f->fed;
+    while (p < len) {
+        if (f->s_left > 0) {
+            size_t n = len - p < f->s_left ? len - p : f->s_left;
+            p += n;
+            f->s_left -= n;
+        } else if (f->s_args == 0) {
+            break;
+        } else {
+            int rc = hand_header(f, buf, len, &p);
+            if (rc <= 0) {
+                f->fed = p;
+                return rc;
+            }
+        }
+    }
+    f->fed = p;
+    return 0;
+}
+
+/* The request framed by hand: whole, its head, a part of its rest, or
+ * nothing yet (see req_framer_set_stream()). */
+static int hand_next(struct req_framer *f, const char *buf, size_t len, size_t *pos,
+                     struct request *req)
+{
+    if (hand_frame(f, buf, len) < 0)
+        return -1;
+    int done = f->s_left == 0 && f->s_args == 0;
+    if (done)
+        f->busy = f->hand = 0;
+    req->inline_cmd = 0;
+    req->head = NULL;
+    if (f->streaming) {
+        f->streaming = !done;
+        if (f->fed == *pos)
+            return 0;
+        req->argc = 0;
+        req->argv = NULL;
+        req->raw.p = buf + *pos;
+        req->raw.len = f->fed - *pos;
+        *pos = f->fed;
+        return REQ_PART;
+    }
+    if (done) {
+        fill_argv(f, buf, f->argc, req);
+        req->raw.p = buf + f->start;
+        req->raw.len = f->fed - f->start;
+        *pos = f->fed;
+        return 1;
+    }
+    if (f->hold || f->head_given || !f->head_found)
+        return 0;
+    f->head_given = 1;
+    fill_argv(f, buf, f->head.big, req);
+    req->raw.p = buf + f->start;
+    req->raw.len = f->head_payload - f->start;
+    req->head = &f->head;
+    return REQ_HEAD;
 }
 
 static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *pos,
@@ -484,8 +646,14 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
         }
         if (reply != NULL)
             break;
+        if (f->bulk_end > f->fed)
+            continue;
+        if (check_pending_bulk(f) < 0)
+            return -1;
+        if (f->hand)
+            return hand_next(f, buf, len, pos, req);
         if (f->fed == len)
-            return check_pending_bulk(f);
+            return 0;
     }
 
     size_t leftover = f->r->len - f->r->pos;
@@ -494,6 +662,7 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
     req->raw.p = buf + f->start;
     req->raw.len = end - f->start;
     req->inline_cmd = 0;
+    req->head = NULL;
     *pos = end;
     f->busy = 0;
     return 1;
@@ -512,6 +681,8 @@ int req_next(struct req_framer *f, const char *buf, size_t len, size_t *pos, str
         int rc;
         if (*pos >= len)
             return 0;
+        if (f->hand)
+            return hand_next(f, buf, len, pos, req);
         if (!f->busy && buf[*pos] != '*') {
             if (f->r != NULL && f->fed > *pos)
                 reader_drop(f);         /* hiredis read ahead into an inline request */

@@ -27,11 +27,20 @@
 #define REQ_MAX_MULTIBULK   2147483647LL
 #define REQ_MAX_INLINE      (64 * 1024)
 
+/* The shape of a request returned early (REQ_HEAD): it has `total`
+ * arguments, argv[big] is big_len bytes long and the first it lacks. */
+struct req_head {
+    long long total;
+    int big;
+    long long big_len;
+};
+
 struct request {
     int argc;
     struct slice *argv;         /* argv[0] is the command name as sent */
     struct slice raw;           /* the exact bytes of the request in the input buffer */
     int inline_cmd;             /* 1 for an inline request */
+    const struct req_head *head;    /* REQ_HEAD: the rest of its shape; else NULL */
 };
 
 struct req_framer;
@@ -39,8 +48,14 @@ struct req_framer;
 struct req_framer *req_framer_new(void);
 void req_framer_free(struct req_framer *f);
 
+#define REQ_HEAD 3
+#define REQ_PART 4
+
 /* Frame the next request from buf[*pos..len).
  * Returns  1: *req is filled, *pos moved past the request;
+ *   REQ_HEAD: a large request's head (req_framer_set_stream()), *pos not moved;
+ *   REQ_PART: the next bytes of a streamed request in req->raw (argc 0),
+ *             *pos moved past them;
  *          0: more bytes are needed (bytes already seen are remembered; call
  *             again with the same buffer contents from *pos, possibly moved,
  *             plus more);
@@ -63,6 +78,23 @@ void req_framer_set_unauthenticated(struct req_framer *f, int on);
  * part, not the argument ('it''s' is its); otherwise as Redis, where a
  * closing quote must be followed by a space. */
 void req_framer_set_inline_join(struct req_framer *f, int on);
+
+/* Large requests. After req_framer_set_stream(f, min), a RESP request with
+ * a bulk of min bytes or more whose payload is not all in the buffer yet is
+ * returned early as its head (REQ_HEAD): argv holds the arguments before
+ * that bulk, raw its bytes up to the bulk's payload, req->head the rest of
+ * its shape. Before the next call the caller either
+ *   - streams it: req_framer_stream() returns the offset where the payload
+ *     starts (raw's end; continue from there); the following calls return
+ *     the rest of the request as REQ_PART, as it arrives, each byte once and
+ *     nothing copied or parsed but the bulk headers; req_framer_streaming()
+ *     is 0 once the last part was returned; or
+ *   - holds it: req_framer_hold(); it is framed as usual and returned whole.
+ * While streaming, a protocol error in a later bulk header is -1 as usual. */
+void req_framer_set_stream(struct req_framer *f, size_t min_bulk);
+size_t req_framer_stream(struct req_framer *f);
+void req_framer_hold(struct req_framer *f);
+int req_framer_streaming(const struct req_framer *f);
 
 /* Forget what was framed after the last complete request: the next call
  * starts afresh at the offset it is given (the caller rewound its buffer). */

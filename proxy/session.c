@@ -59,6 +59,7 @@
 #include "util.h"
 
 #define READ_CHUNK      (64 * 1024)
+#define STREAM_MIN      (64 * 1024)     /* a bulk this long may stream (stream_head()) */
 #define QUERY_MAX       (1024LL * 1024 * 1024)   /* redis client-query-buffer-limit */
 #define MUX_MAX_INFLIGHT 256    /* a session pipelining deeper gets its own connection */
 #define CLIENT_TLS_HANDSHAKE_MS 10000   /* a TLS client that has not finished its handshake
@@ -70,6 +71,8 @@ enum handled {
     HR_PIN,         /* not handled: it waits for the session's own connection */
     HR_WAIT,        /* not handled: it waits until nothing is owed on the shared connection */
     HR_CONNECT,     /* not handled: it waits for the connection its login opened */
+    HR_STREAM,      /* a large request's head was sent: its rest passes as it arrives */
+    HR_HOLD,        /* a large request's head: it is handled once it is whole */
 };
 
 /* Where the request of a shared session goes. */
@@ -476,7 +479,10 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static void client_eof(struct session *s)
 {
-    if ((s->mode != SM_OWN && s->mode != SM_SHARED) || s->q.len == 0) {
+    /* Mid-stream: closing its connection is what keeps Redis from running
+     * the truncated request. */
+    if ((s->mode != SM_OWN && s->mode != SM_SHARED) || s->q.len == 0 ||
+        (s->framer != NULL && req_framer_streaming(s->framer))) {
         session_close(s);
         return;
     }
@@ -1461,6 +1467,88 @@ static void empty_request(struct session *s)
     tob_add(s, "\r\n", 2, 1);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Large requests                                                            */
+
+/* The ids of commands the session acts on besides forwarding them (login,
+ * state, pub/sub, transactions, scripts, topology): those are held whole.
+ * The others, the policy's own ids included, are only forwarded. */
+static int only_forwarded(enum cmd_id id)
+{
+    return id == CID_OTHER || id == CID_SET || id == CID_SETNX || id == CID_GETSET ||
+           id == CID_MSET || id == CID_ZADD || id == CID_ZINCRBY;
+}
+
+/* No rule can judge the request: rules are off, or every key it names lies
+ * before its large argument and none is under a rule (the default allows). */
+static int outside_rules(const struct session *s, const struct request *req)
+{
+    const struct config *cfg = s->srv->cfg;
+    if (policy_inactive(cfg))
+        return 1;
+    const struct cmd_info *ci = command_resolve(s->srv->commands, req->argv[0].p,
+                                                req->argv[0].len);
+    if (ci == NULL || (ci->feat & FT_NEWER) || cfg->rules.dflt.action != ACTION_ALLOW)
+        return 0;
+    struct key_ref keys[16];
+    if (req->argc > 16)
+        return 0;
+    int n = command_keys_before(ci, (int)req->head->total, req->argc, req->argv, keys);
+    for (int i = 0; i < n; i++) {
+        struct slice k = req->argv[keys[i].argi];
+        if (rules_match(&cfg->rules, k.p, k.len) != &cfg->rules.dflt)
+            return 0;
+    }
+    return n >= 0;
+}
+
+/* The head of a request with a large argument (resp_request.h). It streams
+ * when nothing the proxy does depends on its rest: an authenticated client,
+ * no subscriptions, a command only forwarded, outside the rules. It then
+ * needs the session's own connection: a shared connection never carries a
+ * partial request, since a client that stalls or leaves mid-value would hold
+ * up or break the others' requests. A session that streamed keeps its own
+ * connection, as a client that sends large values has one without the
+ * proxy. Else it is held until whole, and handled as any other. */
+static enum handled stream_head(struct session *s, const struct request *req)
+{
+    if (req->argc < 1)
+        return HR_HOLD;             /* the large argument is the command's name */
+    const struct cmd_info *ci = command_resolve(s->srv->commands, req->argv[0].p,
+                                                req->argv[0].len);
+    if (ci == NULL || !only_forwarded(ci->id) || s->unauth || s->replica ||
+        s->monitor || (s->ttlg_auth && !s->authed) || s->nchan + s->npat + s->nshard > 0 ||
+        s->sub_unsure > 0 || s->pushes || !outside_rules(s, req))
+        return HR_HOLD;
+    if (s->mode == SM_SHARED) {
+        s->stateful = 1;
+        return HR_PIN;
+    }
+    if (s->mode != SM_OWN)
+        return HR_HOLD;
+    s->stateful = 1;
+    s->served++;
+    s->srv->stats.requests++;
+    s->be.t->requests++;
+    struct req_plan pl = { .ci = ci, .id = ci->id };
+    plan_replies(s, req, &pl);
+    tob_add(s, req->raw.p, req->raw.len, 0);
+    static struct rewrite rw;
+    policy_rewrite_reset(&rw);
+    expect_replies(s, req, &pl, V_FORWARD, &rw);
+    return HR_STREAM;
+}
+
+/* A protocol error in a streamed request: Redis has its beginning. It gets
+ * the rest as the client sent it, and answers the error and closes as it
+ * does without the proxy; the client is read no more. */
+static void stream_refused(struct session *s, const char *p, size_t n)
+{
+    tob_add(s, p, n, 0);
+    client_read_stop(s);
+    s->close_after_flush = 1;
+}
+
 /* Keep what is left of the input: a trailing partial request is copied
  * into ibuf when the bytes are in the shared read buffer, moved to its
  * front when they are in ibuf. Returns -1 when the session closed. */
@@ -1489,6 +1577,7 @@ static int keep_rest(struct session *s, const char *data, size_t len, size_t pos
         s->ilen = left;
     }
     if (s->ilen == 0) {
+        req_framer_moved(s->framer, len, 0);    /* everything was consumed */
         if (s->icap > 0) {       /* idle: hold no buffer */
             free(s->ibuf);
             s->ibuf = NULL;
@@ -1523,8 +1612,10 @@ static void pending_resume(struct session *s)
 /* Frame and handle every complete request in data[0..len). */
 static void process_input(struct session *s, const char *data, size_t len, int in_ibuf)
 {
-    if (s->framer == NULL)
+    if (s->framer == NULL) {
         s->framer = req_framer_new();
+        req_framer_set_stream(s->framer, STREAM_MIN);
+    }
     int unauth = s->unauth || (s->ttlg_auth && !s->authed);    /* the framer's limits */
     req_framer_set_unauthenticated(s->framer, unauth);
     req_framer_set_inline_join(s->framer, command_set_features(s->srv->commands) & FT_INLINE_JOIN);
@@ -1534,6 +1625,15 @@ static void process_input(struct session *s, const char *data, size_t len, int i
     int rc;
     while (!s->draining && !s->close_after_flush &&
            (rc = req_next(s->framer, data, len, &pos, &req)) != 0) {
+        if (rc == REQ_PART) {
+            tob_add(s, req.raw.p, req.raw.len, 0);
+            continue;
+        }
+        if (rc < 0 && req_framer_streaming(s->framer)) {
+            stream_refused(s, data + pos, len - pos);
+            pos = len;
+            break;
+        }
         if (rc < 0) {
             s->srv->stats.protocol_errors++;
             const char *msg = req_framer_error(s->framer);
@@ -1546,7 +1646,16 @@ static void process_input(struct session *s, const char *data, size_t len, int i
         }
         if (req_framer_take_empty(s->framer))
             empty_request(s);       /* before it, whatever becomes of this request */
-        enum handled h = pending_full(s) ? HR_WAIT : handle_request(s, &req);
+        enum handled h = pending_full(s) ? HR_WAIT :
+                         req.head != NULL ? stream_head(s, &req) : handle_request(s, &req);
+        if (h == HR_HOLD) {
+            req_framer_hold(s->framer);
+            continue;
+        }
+        if (h == HR_STREAM) {
+            pos = req_framer_stream(s->framer);
+            continue;
+        }
         if (h != HR_DONE) {
             /* Leave the shared connection, or move to another one, or
              * authenticate, or wait for replies under max_pending: this

@@ -647,6 +647,144 @@ Test(request, large_argument)
     free(st.buf);
 }
 
+/* Bulks of 4 KiB or more are framed by hand, not by hiredis: several of
+ * them, between small ones, in a pipeline, framed the same at every cut. */
+Test(request, hand_framed_bulks)
+{
+    size_t sizes[3] = { 4096, 5000, 4097 };
+    struct stream st;
+    struct expect e[2];
+    size_t off = 0;
+
+    st.buf = malloc(20000);
+    memset(e, 0, sizeof(e));
+    off += (size_t)sprintf(st.buf, "*5\r\n$4\r\nHSET\r\n$1\r\nh\r\n");
+    e[0].argc = 5;
+    e[0].argv[0] = "HSET";
+    e[0].argv[1] = "h";
+    for (int i = 0; i < 3; i++) {
+        off += (size_t)sprintf(st.buf + off, "$%zu\r\n", sizes[i]);
+        memset(st.buf + off, 'a' + i, sizes[i]);
+        e[0].argv[2 + i] = st.buf + off;
+        e[0].alen[2 + i] = sizes[i];
+        off += sizes[i];
+        memcpy(st.buf + off, "\r\n", 2);
+        off += 2;
+    }
+    e[0].alen[0] = 4;
+    e[0].alen[1] = 1;
+    e[0].raw_len = off;
+    resp_arg_offsets(st.buf, 0, &e[0]);
+    e[1].raw_off = off;
+    off += (size_t)sprintf(st.buf + off, "*1\r\n$4\r\nPING\r\n");
+    e[1].raw_len = off - e[1].raw_off;
+    e[1].argc = 1;
+    e[1].argv[0] = "PING";
+    e[1].alen[0] = 4;
+    resp_arg_offsets(st.buf + e[1].raw_off, e[1].raw_off, &e[1]);
+    st.len = off;
+    st.exp = e;
+    st.nexp = 2;
+    check_stream(&st, 0);
+    free(st.buf);
+}
+
+/* A bulk framed by hand is checked as Redis checks it: what follows it
+ * gets the same errors. */
+Test(request, errors_after_hand_framed_bulk)
+{
+    static const struct { const char *tail; const char *msg; } cases[] = {
+        { ":1\r\n", "ERR Protocol error: expected '$', got ':'" },
+        { "$-1\r\n", "ERR Protocol error: invalid bulk length" },
+        { "$600000000\r\n", "ERR Protocol error: invalid bulk length" },
+        { "$x\r\n", "ERR Protocol error: invalid bulk length" },
+    };
+    char *buf = malloc(8192);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n = (size_t)sprintf(buf, "*3\r\n$3\r\nSET\r\n$4096\r\n");
+        memset(buf + n, 'v', 4096);
+        n += 4096;
+        n += (size_t)sprintf(buf + n, "\r\n%s", cases[i].tail);
+        check_error_n(buf, n, 0, cases[i].msg);
+    }
+    free(buf);
+}
+
+/* With req_framer_set_stream(): a request whose large bulk is not all here
+ * comes out early as its head; streamed, its rest comes out in parts that
+ * add up to exactly its bytes, whatever the cuts; the next request is
+ * framed as usual. Held, it comes out whole. */
+static void check_streamed(const char *buf, size_t len, size_t reqlen, size_t step, int hold)
+{
+    struct req_framer *f = req_framer_new();
+    struct request req;
+    size_t pos = 0, end = 0, streamed = 0, heads = 0, whole = 0;
+    char *chunk = NULL;
+
+    req_framer_set_stream(f, 65536);
+    while (end < len) {
+        end = end + step < len ? end + step : len;
+        free(chunk);
+        chunk = malloc(end);            /* fresh each call: stale pointers show under ASan */
+        memcpy(chunk, buf, end);
+        int rc;
+        while ((rc = req_next(f, chunk, end, &pos, &req)) != 0) {
+            cr_assert_gt(rc, 0, "%s", req_framer_error(f));
+            if (rc == REQ_HEAD) {
+                heads++;
+                cr_assert_eq(req.argc, 2);
+                cr_assert_eq(req.head->total, 4);
+                cr_assert_eq(req.head->big, 2);
+                cr_assert_eq(req.head->big_len, 100000);
+                cr_assert_eq(memcmp(req.raw.p, buf, req.raw.len), 0);
+                streamed = req.raw.len;
+                if (hold) {
+                    req_framer_hold(f);
+                } else {
+                    pos = req_framer_stream(f);
+                    cr_assert_eq(pos, streamed);
+                }
+            } else if (rc == REQ_PART) {
+                cr_assert_eq(req.raw.p, chunk + streamed, "parts follow each other");
+                streamed += req.raw.len;
+                cr_assert_eq(req_framer_streaming(f), streamed < reqlen);
+            } else if (++whole == 1 && (hold || heads == 0)) {
+                cr_assert_eq(req.argc, 4, "the large request, whole");
+                cr_assert_eq(req.raw.len, reqlen);
+                cr_assert_eq(req.argv[2].len, 100000);
+                cr_assert_eq(req.argv[3].len, 1);
+            } else {
+                cr_assert_eq(req.argc, 1, "the request after it");
+            }
+        }
+    }
+    cr_assert_eq(heads, step < reqlen ? 1 : 0, "step %zu", step);
+    cr_assert_eq(whole, hold || step >= reqlen ? 2 : 1, "step %zu", step);
+    if (!hold && step < reqlen)
+        cr_assert_eq(streamed, reqlen);
+    cr_assert(req_framer_idle(f));
+    free(chunk);
+    req_framer_free(f);
+}
+
+Test(request, stream_head_and_parts)
+{
+    size_t n = 100000;
+    char *buf = malloc(n + 128);
+    size_t len = (size_t)sprintf(buf, "*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$%zu\r\n", n);
+    memset(buf + len, 'x', n);
+    len += n;
+    len += (size_t)sprintf(buf + len, "\r\n$1\r\nz\r\n");
+    size_t reqlen = len;
+    len += (size_t)sprintf(buf + len, "*1\r\n$4\r\nPING\r\n");
+    static const size_t steps[] = { 1, 7, 4096, 65536, 99991, 1 << 20 };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        check_streamed(buf, len, reqlen, steps[i], 0);
+        check_streamed(buf, len, reqlen, steps[i], 1);
+    }
+    free(buf);
+}
+
 Test(request, idle_tracking)
 {
     static const char msg[] = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
