@@ -48,11 +48,12 @@ struct req_framer {
     int empty_seen;         /* an empty request was skipped (req_framer_take_empty()) */
     char err[160];
 
-    /* Large requests: once a bulk of HAND_MIN bytes or more is announced,
+    /* Large requests: once a bulk of hand_min bytes or more is announced,
      * hiredis is dropped and the rest of the request is framed here, by
      * hand (hand_next()), fed being the cursor: a large payload is never
      * copied, and no byte is looked at twice. A bulk of stream_min bytes
      * or more that is not all in the buffer makes the request's head. */
+    size_t hand_min;        /* REQ_HAND_MIN unless req_framer_set_stream() says */
     size_t stream_min;      /* 0: never */
     int hand;               /* the rest of the request is framed by hand */
     int hold;               /* the caller holds it whole (req_framer_hold()) */
@@ -130,7 +131,6 @@ static void cb_free(void *obj)
 }
 
 #define FEED_SLICE 4096
-#define HAND_MIN   4096     /* a bulk hiredis is not given (hand_next()) */
 
 static redisReplyObjectFunctions req_functions = {
     cb_string, cb_array, cb_integer, cb_nil, cb_free,
@@ -138,7 +138,9 @@ static redisReplyObjectFunctions req_functions = {
 
 struct req_framer *req_framer_new(void)
 {
-    return xcalloc(1, sizeof(struct req_framer));
+    struct req_framer *f = xcalloc(1, sizeof(struct req_framer));
+    f->hand_min = REQ_HAND_MIN;
+    return f;
 }
 
 static void reader_drop(struct req_framer *f)
@@ -179,9 +181,10 @@ void req_framer_rewind(struct req_framer *f)
     f->hand = 0;
 }
 
-void req_framer_set_stream(struct req_framer *f, size_t min_bulk)
+void req_framer_set_stream(struct req_framer *f, size_t hand_min, size_t stream_min)
 {
-    f->stream_min = min_bulk;
+    f->hand_min = hand_min;
+    f->stream_min = stream_min;
 }
 
 void req_framer_hold(struct req_framer *f)
@@ -246,6 +249,16 @@ static int fail(struct req_framer *f, const char *msg)
 /* hiredis found the error itself: say it the way redis-server does. Its
  * messages are 'Protocol error, got "x" as reply type byte' for an element
  * that is not a bulk, and bulk-length complaints otherwise. */
+/* An element that is not a bulk string. */
+static int fail_type(struct req_framer *f, char c)
+{
+    if (c == '\r' || c == '\n')
+        c = ' ';                    /* as addReplyErrorFormat() does */
+    char msg[64];
+    snprintf(msg, sizeof msg, "Protocol error: expected '$', got '%c'", c);
+    return fail(f, msg);
+}
+
 static int fail_hiredis(struct req_framer *f)
 {
     const char *e = f->r->errstr;
@@ -259,12 +272,12 @@ static int fail_hiredis(struct req_framer *f)
             else
                 c = n == 'n' ? '\n' : n == 'r' ? '\r' : n == 't' ? '\t' : n;
         }
-        if (c == '\r' || c == '\n')
-            c = ' ';                /* as addReplyErrorFormat() does */
-        char msg[64];
-        snprintf(msg, sizeof msg, "Protocol error: expected '$', got '%c'", c);
-        return fail(f, msg);
+        return fail_type(f, c);
     }
+    /* The top-level header is checked before hiredis sees it: a multi-bulk
+     * length it refuses is a nested array's, refused by Redis at its '*'. */
+    if (strstr(e, "ulti-bulk length") != NULL)
+        return fail_type(f, '*');
     return fail(f, "Protocol error: invalid bulk length");
 }
 
@@ -434,6 +447,8 @@ static int inline_next(struct req_framer *f, const char *buf, size_t len, size_t
 
 /* hiredis is waiting for more bytes. If what it waits for is a bulk payload,
  * check the declared length now, as Redis does when it reads the header. */
+static void hand_mode(struct req_framer *f);
+
 static int check_pending_bulk(struct req_framer *f)
 {
     redisReader *r = f->r;
@@ -460,7 +475,7 @@ static int check_pending_bulk(struct req_framer *f)
     if ((size_t)(cr - hdr) + 1 >= avail || cr[1] != '\n')
         return 0;                       /* not the line hiredis will see, yet */
     size_t payload = f->fed - r->len + (size_t)(cr - r->buf) + 2;
-    if ((size_t)n < HAND_MIN || r->ridx != 1) {
+    if ((size_t)n < f->hand_min || r->ridx != 1) {
         f->bulk_end = payload + (size_t)n + 2;
         return 0;
     }
@@ -469,27 +484,33 @@ static int check_pending_bulk(struct req_framer *f)
     f->head.total = r->rstack[0].elements;
     f->fed = f->fed - r->len + (size_t)(hdr - 1 - r->buf);     /* at its '$' */
     reader_drop(f);
+    hand_mode(f);
+    return 0;
+}
+
+/* From f->fed on, the request's arguments are framed by hand. */
+static void hand_mode(struct req_framer *f)
+{
     f->hand = 1;
     f->hold = f->head_given = f->head_found = 0;
     f->s_left = 0;
     f->s_args = f->head.total - f->argc;
-    return 0;
 }
 
 /* A bulk header framed by hand: "$len\r\n" at buf[*p], checked as Redis
  * checks it. 1: *p moved past it; 0: not all here yet; -1: protocol error. */
 static int hand_header(struct req_framer *f, const char *buf, size_t len, size_t *p)
 {
-    if (buf[*p] != '$') {
-        snprintf(f->err, sizeof f->err, "ERR Protocol error: expected '$', got '%c'", buf[*p]);
-        return -1;
-    }
+    /* As processMultibulkBuffer(): the type byte is looked at once a CR and
+     * a byte after it are here; that byte is skipped unread. */
     const char *cr = memchr(buf + *p, '\r', len - *p);
     if (cr == NULL || (size_t)(cr - buf) + 1 >= len) {
         if (len - *p > REQ_MAX_INLINE)
             return fail(f, "Protocol error: too big bulk count string");
         return 0;
     }
+    if (buf[*p] != '$')
+        return fail_type(f, buf[*p]);
     long long n;
     if (parse_ll(buf + *p + 1, (size_t)(cr - buf) - *p - 1, &n) != 0 || n < 0 ||
         n > REQ_MAX_BULK)
@@ -577,6 +598,22 @@ static int hand_next(struct req_framer *f, const char *buf, size_t len, size_t *
     return REQ_HEAD;
 }
 
+/* hand_min 0: the request at buf[start], its n arguments starting at
+ * `args`, is framed by hand from its header on; hiredis never sees it. */
+static int hand_start(struct req_framer *f, size_t start, size_t args, long long n,
+                      const char *buf, size_t len, size_t *pos, struct request *req)
+{
+    if (f->r != NULL && f->fed > start)
+        reader_drop(f);             /* hiredis read ahead into this request */
+    f->busy = 1;
+    f->start = start;
+    f->argc = 0;
+    f->fed = args;
+    f->head.total = n;
+    hand_mode(f);
+    return hand_next(f, buf, len, pos, req);
+}
+
 static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *pos,
                      struct request *req)
 {
@@ -605,6 +642,8 @@ static int resp_next(struct req_framer *f, const char *buf, size_t len, size_t *
             return 2;
         }
 
+        if (f->hand_min == 0)
+            return hand_start(f, *pos, (size_t)(cr - buf) + 2, n, buf, len, pos, req);
         if (f->r == NULL) {
             f->r = redisReaderCreateWithFunctions(&req_functions);
             if (f->r == NULL)

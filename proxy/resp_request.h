@@ -26,6 +26,7 @@
 #define REQ_MAX_BULK        (512LL * 1024 * 1024)
 #define REQ_MAX_MULTIBULK   2147483647LL
 #define REQ_MAX_INLINE      (64 * 1024)
+#define REQ_HAND_MIN        4096    /* a bulk hiredis is not given (req_framer_set_stream()) */
 
 /* The shape of a request returned early (REQ_HEAD): it has `total`
  * arguments, argv[big] is big_len bytes long and the first it lacks. */
@@ -79,8 +80,12 @@ void req_framer_set_unauthenticated(struct req_framer *f, int on);
  * closing quote must be followed by a space. */
 void req_framer_set_inline_join(struct req_framer *f, int on);
 
-/* Large requests. After req_framer_set_stream(f, min), a RESP request with
- * a bulk of min bytes or more whose payload is not all in the buffer yet is
+/* Large requests. A bulk of hand_min bytes or more (4 KiB by default) is
+ * not given to hiredis (REQ_HAND_MIN): its payload is never copied, and the
+ * rest of the request is framed by hand (hand_min 0: every RESP request,
+ * from its header on). After req_framer_set_stream(f, hand_min,
+ * stream_min), a RESP request with a bulk of stream_min bytes or more
+ * (0: none) whose payload is not all in the buffer yet is
  * returned early as its head (REQ_HEAD): argv holds the arguments before
  * that bulk, raw its bytes up to the bulk's payload, req->head the rest of
  * its shape. Before the next call the caller either
@@ -91,7 +96,7 @@ void req_framer_set_inline_join(struct req_framer *f, int on);
  *     is 0 once the last part was returned; or
  *   - holds it: req_framer_hold(); it is framed as usual and returned whole.
  * While streaming, a protocol error in a later bulk header is -1 as usual. */
-void req_framer_set_stream(struct req_framer *f, size_t min_bulk);
+void req_framer_set_stream(struct req_framer *f, size_t hand_min, size_t stream_min);
 size_t req_framer_stream(struct req_framer *f);
 void req_framer_hold(struct req_framer *f);
 int req_framer_streaming(const struct req_framer *f);

@@ -1614,7 +1614,7 @@ static void process_input(struct session *s, const char *data, size_t len, int i
 {
     if (s->framer == NULL) {
         s->framer = req_framer_new();
-        req_framer_set_stream(s->framer, STREAM_MIN);
+        req_framer_set_stream(s->framer, REQ_HAND_MIN, STREAM_MIN);
     }
     int unauth = s->unauth || (s->ttlg_auth && !s->authed);    /* the framer's limits */
     req_framer_set_unauthenticated(s->framer, unauth);

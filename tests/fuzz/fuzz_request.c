@@ -4,9 +4,11 @@
  * Input: one byte that picks how the rest is cut, then the client's bytes.
  * They are framed in one buffer, and in pieces of pseudo-random sizes
  * derived from that byte, with the caller compacting its buffer between
- * reads (req_framer_moved) into a fresh allocation, and, for odd first
- * bytes, giving memory back whenever the framer is idle
- * (req_framer_release). Both ways must produce
+ * reads (req_framer_moved) into a fresh allocation, for odd first bytes
+ * giving memory back whenever the framer is idle (req_framer_release), and
+ * for first bytes with bit 1 set framing bulks of 8 bytes or more by hand
+ * in both (req_framer_set_stream(f, 0, 16); a head, REQ_HEAD, is held).
+ * Both ways must produce
  * the same requests (raw span, argv bytes, inline flag) and end the same
  * way; every call must keep the req_next() contract.
  *
@@ -63,7 +65,14 @@ static void drain(struct req_framer *f, const char *buf, size_t len, size_t *pos
         struct framed *fr;
 
         o->rc = req_next(f, buf, len, pos, &req);
-        check(o->rc >= -1 && o->rc <= 1);
+        check(o->rc >= -1 && o->rc <= REQ_HEAD && o->rc != 2);
+        if (o->rc == REQ_HEAD) {
+            /* *pos may have passed empty requests; it stays at the head's start */
+            check(req.argc == req.head->big && req.head->total > req.argc);
+            check(req.raw.p == buf + *pos && req.raw.p + req.raw.len <= buf + len);
+            req_framer_hold(f);
+            continue;
+        }
         if (o->rc < 0) {
             const char *e = req_framer_error(f);
 
@@ -109,9 +118,11 @@ static size_t random_size(uint32_t *state)
     return 1 + x % (x >> 24 & 1 ? 5 : 211);
 }
 
-static void frame_whole(const uint8_t *data, size_t size, struct outcome *o)
+static void frame_whole(const uint8_t *data, size_t size, int hand, struct outcome *o)
 {
     struct req_framer *f = req_framer_new();
+    if (hand)
+        req_framer_set_stream(f, 0, 16);
     size_t pos = 0;
 
     o->n = 0;
@@ -122,9 +133,11 @@ static void frame_whole(const uint8_t *data, size_t size, struct outcome *o)
 /* Reads of random sizes into a buffer the caller compacts after each one;
  * with `release`, memory is given back whenever the framer is idle. */
 static void frame_pieces(const uint8_t *data, size_t size, uint32_t seed, int release,
-                         struct outcome *o)
+                         int hand, struct outcome *o)
 {
     struct req_framer *f = req_framer_new();
+    if (hand)
+        req_framer_set_stream(f, 0, 16);
     char *cur = NULL;
     size_t clen = 0, pos = 0, base = 0, from = 0;
 
@@ -157,12 +170,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct outcome whole, pieces;
     uint32_t seed;
-    int release;
+    int release, hand;
 
     if (size < 1)
         return 0;
     seed = 0x9e3779b9u * (data[0] + 1u);
     release = data[0] & 1;
+    hand = data[0] & 2;
     data++;
     size--;
 
@@ -171,8 +185,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&pieces, 0, sizeof(pieces));
     whole.req = malloc((size / 2 + 1) * sizeof(struct framed));
     pieces.req = malloc((size / 2 + 1) * sizeof(struct framed));
-    frame_whole(data, size, &whole);
-    frame_pieces(data, size, seed, release, &pieces);
+    frame_whole(data, size, hand, &whole);
+    frame_pieces(data, size, seed, release, hand, &pieces);
 
     check(whole.n == pieces.n);
     for (size_t i = 0; i < whole.n; i++) {
