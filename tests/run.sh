@@ -55,6 +55,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# What was installed above is required from here on: the HTML tests fail,
+# not skip, without chromium.
+export TTLG_CHROMIUM=installed
+
 # Debian starts redis-server as a service on install; the tests use their own.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
 

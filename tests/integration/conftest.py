@@ -41,15 +41,6 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + rep.when, rep)
 
 
-def _need_binary():
-    if os.path.exists(harness.TTLG_BIN):
-        return
-    msg = "ttlguard binary %s does not exist (build it or set TTLG_BIN)" % harness.TTLG_BIN
-    if harness.TTLG_BIN_EXPLICIT:
-        pytest.fail(msg)
-    pytest.skip(msg)
-
-
 @pytest.fixture
 def make_redis(tmp_path):
     started = []
@@ -77,7 +68,7 @@ def make_proxy(tmp_path, request):
 
     def make(backend, conf=None, expect=None, **kw):
         """backend: a RedisServer or a port number."""
-        _need_binary()
+        harness.need_binary()
         port = backend.port if isinstance(backend, RedisServer) else backend
         p = Ttlguard(tmp_path, port, conf, **kw)
         started.append(p)

@@ -31,10 +31,23 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_BIN = os.path.join(REPO, "build", "ttlguard")
 TTLG_BIN = os.environ.get("TTLG_BIN", DEFAULT_BIN)
 TTLG_BIN_EXPLICIT = "TTLG_BIN" in os.environ
+
+
+def need_binary():
+    """The ttlguard binary, or the test cannot run: a failure when TTLG_BIN
+    names it (the test command does), else a skip with the reason."""
+    if os.path.exists(TTLG_BIN):
+        return
+    msg = "ttlguard binary %s does not exist (build it or set TTLG_BIN)" % TTLG_BIN
+    if TTLG_BIN_EXPLICIT:
+        pytest.fail(msg)
+    pytest.skip(msg)
 VALGRIND = bool(os.environ.get("TTLG_VALGRIND"))
 
 SERVER_BIN = os.environ.get("TTLG_REDIS_SERVER") or "redis-server"

@@ -96,11 +96,7 @@ def start_redis(tmp_path, extra=(), name="redis"):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """(port, RedisServer or None): TTLG_REDIS_PORT if set, else our own."""
-    if not os.path.exists(harness.TTLG_BIN):
-        msg = "ttlguard binary %s does not exist (build it or set TTLG_BIN)" % harness.TTLG_BIN
-        if harness.TTLG_BIN_EXPLICIT:
-            pytest.fail(msg)
-        pytest.skip(msg)
+    harness.need_binary()
     env_port = os.environ.get("TTLG_REDIS_PORT")
     if env_port:
         yield int(env_port), None
@@ -576,8 +572,7 @@ def test_match_and_memory(mixdb):
 
 
 def test_replica_audits_fine_and_refuses_fix(tmp_path):
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    harness.need_binary()
     # no 5 s wait for more replicas before the first sync
     primary = start_redis(tmp_path, ["--repl-diskless-sync-delay", "0"], name="primary")
     replica = start_redis(tmp_path, ["--replicaof", "127.0.0.1", str(primary.port)], name="replica")
@@ -617,8 +612,7 @@ def test_replica_audits_fine_and_refuses_fix(tmp_path):
 
 
 def test_unix_socket_and_auth(tmp_path):
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    harness.need_binary()
     sock = str(tmp_path / "redis.sock")
     srv = start_redis(tmp_path, ["--unixsocket", sock, "--requirepass", "s3cret"])
     try:

@@ -50,7 +50,6 @@ timeouts); every process is stopped by PID by its fixture.
 import collections
 import json
 import logging
-import os
 import random
 import re
 import subprocess
@@ -77,15 +76,6 @@ logging.getLogger("redis.cluster").setLevel(logging.CRITICAL)
 # --------------------------------------------------------------------------
 # Fixtures
 # --------------------------------------------------------------------------
-
-def _need_binary():
-    if os.path.exists(harness.TTLG_BIN):
-        return
-    msg = "ttlguard binary %s does not exist (build it or set TTLG_BIN)" % harness.TTLG_BIN
-    if harness.TTLG_BIN_EXPLICIT:
-        pytest.fail(msg)
-    pytest.skip(msg)
-
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory):
@@ -118,7 +108,7 @@ def cproxy(tmp_path, request):
     started = []
 
     def make(cluster, conf=None, sections="", expect=b"+PONG", **kw):
-        _need_binary()
+        harness.need_binary()
         p = ClusterProxy(tmp_path, cluster, conf, sections, **kw)
         started.append(p)
         p.start(expect=expect)
@@ -1334,8 +1324,7 @@ def _write_conf(path, keys):
 def test_check_config_accepts_a_cluster_config(cluster, tmp_path):
     """The contract's example shape (two seeds, cluster = on, a port range,
     cluster_announce) passes --check-config: exit 0."""
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    harness.need_binary()
     conf = _write_conf(str(tmp_path / "good.ini"),
                        _cluster_keys(free_port(), 27000, 27099, cluster.ports[:2]))
     rc, out = _check_config(conf)
@@ -1349,8 +1338,7 @@ def test_check_config_refuses_cluster_mistakes(case, tmp_path):
     (cluster_ports 10-5; a cluster_ports range holding the listen port;
     cluster = on with a unix: backend; cluster_ports abc-def; 65530-65540;
     cluster = maybe)."""
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    harness.need_binary()
     listen = free_port()
     keys = dict(_cluster_keys(listen, 27000, 27099, [free_port()]))
     at_fault = {"reversed range": ("cluster_ports", "10-5", ["cluster_ports"]),

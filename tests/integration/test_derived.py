@@ -1001,7 +1001,7 @@ def check_config(tmp_path, text):
     ('[proxy]\nunknown = reject\n', 2, "unknown key 'unknown' in [proxy]"),
 ])
 def test_config_errors(tmp_path, text, line, what):
-    conftest_need_binary()
+    harness.need_binary()
     rc, out, path = check_config(tmp_path, text)
     assert rc == 1, out
     assert "%s:%d: %s" % (path, line, what) in out, out
@@ -1009,18 +1009,10 @@ def test_config_errors(tmp_path, text, line, what):
 
 @pytest.mark.parametrize("value", ["allow", "log", "reject"])
 def test_config_accepts_unknown(tmp_path, value):
-    conftest_need_binary()
+    harness.need_binary()
     rc, out, _ = check_config(tmp_path, '[ttl "t:"]\nttl = 9\nunknown = %s\n\n[default]\n'
                                         'unknown = %s\n' % (value, value))
     assert rc == 0, out
-
-
-def conftest_need_binary():
-    if not os.path.exists(harness.TTLG_BIN):
-        msg = "ttlguard binary %s does not exist (build it or set TTLG_BIN)" % harness.TTLG_BIN
-        if harness.TTLG_BIN_EXPLICIT:
-            pytest.fail(msg)
-        pytest.skip(msg)
 
 
 # --------------------------------------------------------------------------

@@ -493,8 +493,7 @@ def test_report_skips_numbers_out_of_range(tmp_path):
 
 
 def test_report_unreadable_file_exits_2(tmp_path):
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    harness.need_binary()
     r = run_report(os.path.join(str(tmp_path), "missing.log"))
     assert r.returncode == 2
     assert b"missing.log" in r.stderr
@@ -534,8 +533,7 @@ def test_check_config_sees_an_event_log_it_cannot_write(tmp_path):
     directory is missing (or a file that cannot be written) is an error,
     exit 1, naming the path; a writable place passes and nothing is created
     by the check itself."""
-    if not os.path.exists(harness.TTLG_BIN):
-        pytest.skip("no ttlguard binary")
+    harness.need_binary()
     bad = tmp_path / "bad.ini"
     bad.write_text("[proxy]\nevents = %s/missing/events.jsonl\n" % tmp_path)
     r = subprocess.run([harness.TTLG_BIN, "--check-config", "--config", str(bad)],

@@ -3,7 +3,6 @@ Faults: the backend down, restarted or killing a connection; clients going
 away; SIGTERM with requests in flight.
 """
 
-import os
 import re
 import signal
 import socket
@@ -21,9 +20,7 @@ BACKEND_DOWN_RE = re.compile(rb"^-ERR .*backend.*unavailable", re.I)
 def test_backend_at_the_proxys_own_address_is_refused():
     """Every session would connect to the proxy itself, each opening the
     next, until the descriptors run out: refused at start, with the reason."""
-    if not os.path.exists(harness.TTLG_BIN):
-        msg = "ttlguard binary %s does not exist" % harness.TTLG_BIN
-        pytest.fail(msg) if harness.TTLG_BIN_EXPLICIT else pytest.skip(msg)
+    harness.need_binary()
     port = harness.free_port()
     addr = "127.0.0.1:%d" % port
     r = subprocess.run([harness.TTLG_BIN, "--listen", addr, "--backend", addr],

@@ -94,11 +94,7 @@ def write_past_the_proxy(port):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """The event log, the config, the pages and what made them."""
-    if not os.path.exists(harness.TTLG_BIN):
-        msg = "ttlguard binary %s does not exist (build it or set TTLG_BIN)" % harness.TTLG_BIN
-        if harness.TTLG_BIN_EXPLICIT:
-            pytest.fail(msg)
-        pytest.skip(msg)
+    harness.need_binary()
     tmp = tmp_path_factory.mktemp("html")
     srv = RedisServer(tmp).start()
     log = str(tmp / "events.log")
@@ -427,7 +423,10 @@ def chromium():
         path = shutil.which(name)
         if path:
             return path
-    pytest.skip("chromium is not installed (apt-get install chromium): pages not rendered")
+    msg = "chromium is not installed (apt-get install chromium): pages not rendered"
+    if os.environ.get("TTLG_CHROMIUM") == "installed":
+        pytest.fail(msg + "; tests/run.sh installed it")
+    pytest.skip(msg)
 
 
 def png_size(data):

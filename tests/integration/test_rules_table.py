@@ -27,7 +27,6 @@ redis-server itself, and test_every_table_write_has_a_case keeps the cases
 and `ttlguard commands` in step.
 """
 
-import os
 import subprocess
 import time
 
@@ -43,15 +42,6 @@ SECTIONS = rc.rule_sections([("rw:", "rewrite", None), ("rj:", "reject", None),
                              ("lg:", "log", None)])
 
 
-def _need_binary():
-    if os.path.exists(harness.TTLG_BIN):
-        return
-    msg = "ttlguard binary %s does not exist (build it or set TTLG_BIN)" % harness.TTLG_BIN
-    if harness.TTLG_BIN_EXPLICIT:
-        pytest.fail(msg)
-    pytest.skip(msg)
-
-
 class Env:
     def __init__(self, redis, proxy):
         self.redis = redis
@@ -62,7 +52,7 @@ class Env:
 def env(tmp_path_factory):
     """One redis-server and one ttlguard with the four prefixes, for the
     whole module: each test flushes the database first."""
-    _need_binary()
+    harness.need_binary()
     d = tmp_path_factory.mktemp("rules-table")
     redis = RedisServer(d).start()
     proxy = Ttlguard(d, redis.port, {"events": str(d / "events.jsonl")}, sections=SECTIONS)
@@ -174,7 +164,7 @@ def expected_outcome(case, mode):
 def table_rows():
     """`ttlguard commands --server` of the server under test, as {name: set of
     effects over its key roles}."""
-    _need_binary()
+    harness.need_binary()
     name, version = rc.SERVER
     out = subprocess.run([harness.TTLG_BIN, "commands", "--server",
                           "%s:%s" % (name, ".".join(map(str, version)))],

@@ -99,7 +99,7 @@ def make_tproxy(tmp_path, certs, request):
     started = []
 
     def make(backend, conf=None, sections="", plain=True, expect=None, ready="ping", **kw):
-        need_binary()
+        harness.need_binary()
         port = backend if isinstance(backend, int) else backend.port
         p = TlsTtlguard(tmp_path, port, certs, conf, sections, plain=plain, **kw)
         started.append(p)
@@ -119,14 +119,6 @@ def make_tproxy(tmp_path, certs, request):
             problems.append("ttlguard on port %d: SIGTERM exit status %s\n%s"
                             % (p.port, rc, p.stderr()))
     assert not problems, "\n".join(problems)
-
-
-def need_binary():
-    """Fail (TTLG_BIN set and missing) or skip (no binary built) a test that
-    runs ttlguard itself."""
-    if not os.path.exists(harness.TTLG_BIN):
-        msg = "ttlguard binary %s does not exist" % harness.TTLG_BIN
-        pytest.fail(msg) if harness.TTLG_BIN_EXPLICIT else pytest.skip(msg)
 
 
 def backend_tls(certs, **over):
@@ -800,7 +792,7 @@ def test_check_config_loads_the_certificates(bad_key, kind, tmp_path, certs):
     """--check-config: a missing or garbage certificate / key file, or a key
     that is not the certificate's, exits 1, naming file:line of the key and
     the path; the same config with good files exits 0."""
-    need_binary()
+    harness.need_binary()
     keys = [("listen", "127.0.0.1:%d" % free_port()),
             ("backend", "127.0.0.1:%d" % free_port()),
             ("backend_tls", "on"),
@@ -849,7 +841,7 @@ def test_check_config_loads_the_certificates(bad_key, kind, tmp_path, certs):
 def test_check_config_refuses_tls_mistakes(keys, bad_key, message, tmp_path, certs):
     """Config mistakes of the TLS keys: exit 1, file:line of the key at
     fault, and words that say what is wrong."""
-    need_binary()
+    harness.need_binary()
     listen = "127.0.0.1:%d" % free_port()
     conf = {"listen": listen, "backend": "127.0.0.1:%d" % free_port()}
     fill = {"port": free_port(), "cert": certs.server.cert, "key": certs.server.key,
@@ -991,7 +983,7 @@ def test_audit_with_a_tls_backend(tls_redis, certs, tmp_path):
     """`ttlguard audit` reaches a TLS-only server with the config's
     backend_tls_* keys: 3 leaked keys of 5 found; with a CA that does not
     match, it fails (exit 2) saying why."""
-    need_binary()
+    harness.need_binary()
     with tls_redis.conn() as d:
         for i in range(3):
             assert d.cmd("SET", "session:%d" % i, "0") == b"OK"
