@@ -35,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "control.h"
 #include "mux.h"
 #include "server.h"
 #include "session_int.h"
