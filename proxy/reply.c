@@ -23,7 +23,6 @@
 
 #include "cluster.h"
 #include "session_int.h"
-#include "server.h"
 #include "stats.h"
 #include "util.h"
 
@@ -158,9 +157,9 @@ static void apply_reply(struct session *s, struct pending *head, char type)
     case PW_GUARD:
         if (type == '-') {
             struct ev_client c;
-            if (policy_guard_refused(s->srv->cfg, head->local, head->local_len, s->peek,
+            if (policy_guard_refused(s->ctx->cfg, head->local, head->local_len, s->peek,
                                      s->peeklen, session_client(s, &c)))
-                s->srv->stats.rejected++;
+                s->ctx->stats.rejected++;
         }
         break;
     case PW_RELOGIN:
@@ -170,7 +169,7 @@ static void apply_reply(struct session *s, struct pending *head, char type)
     case PW_PROBE: {
         struct ev_client c;
         int no_ttl = type != ':' || (s->peeklen >= 4 && memcmp(s->peek, ":-1\r", 4) == 0);
-        policy_probe_answered(s->srv->cfg, head->local, head->local_len, head->remaining,
+        policy_probe_answered(s->ctx->cfg, head->local, head->local_len, head->remaining,
                               no_ttl, session_client(s, &c));
         break;
     }
@@ -187,7 +186,7 @@ static void rewrite_refused(struct session *s)
 {
     static uint64_t last, since;
     uint64_t now = now_ms_monotonic();
-    s->srv->stats.rewrite_errors++;
+    s->ctx->stats.rewrite_errors++;
     since++;
     if (last != 0 && now - last < 10000)
         return;
@@ -240,9 +239,9 @@ static void toc_add_reply(struct session *s, enum topo_kind kind, const struct p
 {
     size_t len;
     char *out = NULL;
-    if (s->srv->cfg->cluster && kind == TOPO_EXEC)
+    if (s->ctx->cfg->cluster && kind == TOPO_EXEC)
         out = cluster_rewrite_exec(head->local, head->local_len, p, n, &len);
-    else if (s->srv->cfg->cluster)
+    else if (s->ctx->cfg->cluster)
         out = cluster_rewrite(kind, p, n, s->be.t, &len);
     if (out != NULL) {
         toc_add(s, out, len, 1);
@@ -352,7 +351,7 @@ static void keep_queue_error(struct session *s, const char *p, size_t n, int don
  * only see rewritten? Topology replies, and errors (-MOVED, -ASK). */
 static int held(const struct session *s, const struct pending *head, char type)
 {
-    return s->srv->cfg->cluster && type != '>' &&
+    return s->ctx->cfg->cluster && type != '>' &&
            (head == NULL || head->kind != PK_INTERNAL) &&
            (type == '-' || (head != NULL && head->what == PW_TOPOLOGY));
 }
@@ -368,7 +367,7 @@ void park_add(struct session *s, char kind, const char *p, size_t n)
     sbuf_add(&s->park, &kind, 1);
     sbuf_add(&s->park, &n, sizeof n);
     sbuf_add(&s->park, p, n);
-    if (s->park.len > s->srv->cfg->max_buffer)
+    if (s->park.len > s->ctx->cfg->max_buffer)
         session_unpark(s);      /* waiting must not cost unbounded memory */
 }
 

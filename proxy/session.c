@@ -54,7 +54,6 @@
 #include "control.h"
 #include "events.h"
 #include "login.h"
-#include "server.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -116,7 +115,7 @@ static void on_client_written(void *ctx, int status)
         return;
     /* Resume the side we stopped reading once the queue drained to half. */
     if (s->mode == SM_OWN && !s->be.reading &&
-        xport_backlog(&s->client) <= s->srv->cfg->max_buffer / 2)
+        xport_backlog(&s->client) <= s->ctx->cfg->max_buffer / 2)
         bconn_read_start(&s->be);
     if (s->mode == SM_SHARED)
         session_resume(s);
@@ -132,12 +131,12 @@ void session_flush_client(void)
         wbatch_reset(&toc);
         return;
     }
-    s->srv->stats.bytes_to_clients += toc.bytes;
+    s->ctx->stats.bytes_to_clients += toc.bytes;
     if (wbatch_flush(&toc, &s->client, on_client_written, s) < 0) {
         session_close(s);
         return;
     }
-    if (xport_backlog(&s->client) > s->srv->cfg->max_buffer) {
+    if (xport_backlog(&s->client) > s->ctx->cfg->max_buffer) {
         if (s->mode == SM_OWN)
             bconn_read_stop(&s->be);
         else                        /* shared: the connection is not paused for one slow
@@ -154,7 +153,7 @@ static void flush_requests(struct session *s)
         wbatch_reset(&tob);             /* the backend is gone: nothing to send to */
         return;
     }
-    s->srv->stats.bytes_to_backends += tob.bytes;
+    s->ctx->stats.bytes_to_backends += tob.bytes;
     if (s->mode == SM_SHARED) {
         if (mux_append(s, &tob) < 0) {
             wbatch_reset(&tob);
@@ -164,7 +163,7 @@ static void flush_requests(struct session *s)
     }
     if (bconn_write(&s->be, &tob) < 0)
         return;
-    if (s->client_reading && bconn_backlog(&s->be) > s->srv->cfg->max_buffer)
+    if (s->client_reading && bconn_backlog(&s->be) > s->ctx->cfg->max_buffer)
         client_read_stop(s);
 }
 
@@ -248,7 +247,7 @@ static void owe(struct session *s, int n)
  * a client that pipelines without reading cannot grow the queue forever. */
 static int q_over_limit(struct session *s)
 {
-    return (size_t)s->q.len * sizeof(struct pending) > s->srv->cfg->max_buffer;
+    return (size_t)s->q.len * sizeof(struct pending) > s->ctx->cfg->max_buffer;
 }
 
 /* Is a reply for s being read right now? Our own replies must wait for it. */
@@ -324,14 +323,14 @@ static void session_free(struct session *s)
     if (s->prev)
         s->prev->next = s->next;
     else
-        s->srv->sessions = s->next;
+        s->cl->all = s->next;
     if (s->next)
         s->next->prev = s->prev;
     if (s->cwait.waiting)
         cluster_unwait(&s->cwait);
-    s->srv->nsessions--;
+    s->cl->nsessions--;
     s->be.t->sessions--;
-    server_session_gone(s->srv);
+    s->cl->gone(s->cl);
     while (s->q.len)
         q_pop(s);
     ring_free(&s->q);
@@ -370,7 +369,7 @@ void session_close(struct session *s)
     if (s->closing)
         return;
     s->closing = 1;
-    s->srv->nclients--;
+    s->cl->nclients--;
     if (!uv_is_closing(&s->client.h.handle))
         xport_close(&s->client, on_client_closed);
     bconn_close(&s->be);
@@ -459,8 +458,8 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct session *s = h->data;
     if (s->ilen == 0) {
-        buf->base = s->srv->rbuf;
-        buf->len = s->srv->rbuf_size;
+        buf->base = s->ctx->rbuf;
+        buf->len = s->ctx->rbuf_size;
         return;
     }
     if (s->icap - s->ilen < READ_CHUNK) {
@@ -507,11 +506,11 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     loop_clock_update();
-    s->srv->stats.bytes_from_clients += (uint64_t)nread;
+    s->ctx->stats.bytes_from_clients += (uint64_t)nread;
     s->last_active = now_ms_monotonic();
     s->replied_in_read = 0;
 
-    if (buf->base != s->srv->rbuf) {
+    if (buf->base != s->ctx->rbuf) {
         s->ilen += (size_t)nread;
         process_input(s, s->ibuf, s->ilen, 1);
     } else {
@@ -548,17 +547,17 @@ void session_resume(struct session *s)
         return;
     switch (s->mode) {
     case SM_OWN:
-        if (bconn_backlog(&s->be) > s->srv->cfg->max_buffer / 2)
+        if (bconn_backlog(&s->be) > s->ctx->cfg->max_buffer / 2)
             return;
         break;
     case SM_SHARED:
-        if (xport_backlog(&s->client) > s->srv->cfg->max_buffer / 2 ||
+        if (xport_backlog(&s->client) > s->ctx->cfg->max_buffer / 2 ||
             mux_paused(s))
             return;
         break;
     case SM_AUTH:
     case SM_DOWN:
-        if (xport_backlog(&s->client) > s->srv->cfg->max_buffer / 2)
+        if (xport_backlog(&s->client) > s->ctx->cfg->max_buffer / 2)
             return;
         break;
     default:
@@ -626,7 +625,7 @@ static void track_request(struct session *s, const struct request *req, enum cmd
     case CID_CLUSTER:
     case CID_ROLE:
     case CID_INFO:
-        if (s->srv->cfg->cluster) {
+        if (s->ctx->cfg->cluster) {
             p->subkind = (uint8_t)cluster_topology_kind(id, req->argc, req->argv);
             if (p->subkind != TOPO_NONE)
                 p->what = PW_TOPOLOGY;
@@ -724,7 +723,7 @@ const struct ev_client *session_client(struct session *s, struct ev_client *c)
     c->addr = s->client_addr;
     c->name = s->client_name;
     c->db = s->db;
-    c->node = s->srv->cfg->cluster ? s->be.t->name : NULL;
+    c->node = s->ctx->cfg->cluster ? s->be.t->name : NULL;
     return c;
 }
 
@@ -764,9 +763,9 @@ static void track_identity(struct session *s, const struct request *req, enum cm
             s->client_name = req->argv[2].len ? xmemdup(req->argv[2].p, req->argv[2].len) : NULL;
         } else if (req->argc >= 3 && slice_eq_nocase(req->argv[1], "pause") &&
                    slice_to_ll(req->argv[2], &db) == 0 && db >= 0) {
-            s->srv->paused_until = now_ms_monotonic() + (uint64_t)db;
+            s->cl->paused_until = now_ms_monotonic() + (uint64_t)db;
         } else if (req->argc == 2 && slice_eq_nocase(req->argv[1], "unpause")) {
-            s->srv->paused_until = 0;
+            s->cl->paused_until = 0;
         }
         break;
     case CID_WATCH:
@@ -840,8 +839,7 @@ static void send_internal(struct session *s, const char *p, size_t len, int coun
  * and so do CLIENT SETNAME and the other CLIENT forms (other clients'
  * CLIENT LIST would tell), a SELECT Redis refuses (its own error), and
  * commands Redis does not know. */
-static int needs_own(const struct server *srv, const struct request *req,
-                     const struct cmd_info *ci)
+static int needs_own(const struct request *req, const struct cmd_info *ci)
 {
     long long v;
     if (ci == NULL)
@@ -849,7 +847,7 @@ static int needs_own(const struct server *srv, const struct request *req,
     switch (ci->id) {
     case CID_SELECT:
         return req->argc != 2 || slice_to_ll(req->argv[1], &v) != 0 || v < 0 ||
-               v >= srv->databases;
+               v >= control_facts()->databases;
     case CID_HELLO:
         return req->argc > 2 || (req->argc == 2 && (slice_to_ll(req->argv[1], &v) != 0 ||
                                                     (v != 2 && v != 3)));
@@ -876,7 +874,7 @@ static int changes_shared_state(const struct session *s, const struct request *r
 static enum route shared_route(struct session *s, const struct request *req,
                                const struct cmd_info *ci)
 {
-    if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->srv) || needs_own(s->srv, req, ci))
+    if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->ctx) || needs_own(req, ci))
         return RT_PIN;
     if (!changes_shared_state(s, req, ci->id))
         return RT_HERE;
@@ -890,9 +888,9 @@ static enum route shared_route(struct session *s, const struct request *req,
  * connection's commands back one by one: clients that would share a
  * connection would wait behind each other instead (INFO blocked_clients
  * would count one). Nobody joins a shared connection then. */
-static int paused(const struct server *srv)
+static int paused(const struct clients *cl)
 {
-    return srv->paused_until != 0 && now_ms_monotonic() < srv->paused_until;
+    return cl->paused_until != 0 && now_ms_monotonic() < cl->paused_until;
 }
 
 /* multiplex = on: a session starts on a connection of its own, and joins
@@ -905,13 +903,13 @@ static int paused(const struct server *srv)
 static void consider_sharing(struct session *s, const struct request *req,
                              const struct cmd_info *ci)
 {
-    if (needs_own(s->srv, req, ci) || s->be_pass != NULL) {
+    if (needs_own(req, ci) || s->be_pass != NULL) {
         s->stateful = 1;            /* a backend login of its own cannot share either */
         return;
     }
     if (s->stateful || s->served == 0 || ci->id == CID_SELECT || ci->id == CID_HELLO ||
         ci->id == CID_CLIENT || s->q.len > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
-        reply_in_progress(s) || !mux_shareable(s->srv) || paused(s->srv) || mux_attach(s) < 0)
+        reply_in_progress(s) || !mux_shareable(s->ctx) || paused(s->cl) || mux_attach(s) < 0)
         return;
     bconn_close(&s->be);
     session_set_mode(s, SM_SHARED);
@@ -963,7 +961,7 @@ static void plan_replies(struct session *s, const struct request *req, struct re
 static enum verdict judge(struct session *s, const struct request *req,
                           const struct req_plan *pl, struct rewrite *rw)
 {
-    if (policy_inactive(s->srv->cfg)) {
+    if (policy_inactive(s->ctx->cfg)) {
         policy_rewrite_reset(rw);
         return V_FORWARD;
     }
@@ -974,13 +972,13 @@ static enum verdict judge(struct session *s, const struct request *req,
                      !s->pushes,
         .client = session_client(s, &c),
     };
-    return policy_check(s->srv->cfg, req, &ctx, rw);
+    return policy_check(s->ctx->cfg, req, &ctx, rw);
 }
 
 static void answer_rejection(struct session *s, const struct req_plan *pl,
                              const struct rewrite *rw)
 {
-    s->srv->stats.rejected++;
+    s->ctx->stats.rejected++;
     if (s->in_multi)
         s->multi_dirty = 1;     /* refused at queue time: EXEC must abort */
     if (pl->replies) {
@@ -1020,7 +1018,7 @@ static void send_request(struct session *s, const struct request *req, enum verd
         tob_add(s, req->raw.p, req->raw.len, pl->raw_copy);
         return;
     }
-    s->srv->stats.rewritten++;
+    s->ctx->stats.rewritten++;
     tob_add(s, rw->pre.p, rw->pre.len, 1);
     if (rw->orig_args.len)
         tob_add(s, rw->orig_args.p, rw->orig_args.len, 0);
@@ -1070,7 +1068,7 @@ static void expect_replies(struct session *s, const struct request *req,
         owe(s, rw->exec_first + 1);
         return;
     }
-    if (pl->queued && s->srv->cfg->cluster)
+    if (pl->queued && s->ctx->cfg->cluster)
         note_queued_topology(s, req, pl->id);
     if (s->replica)
         return;
@@ -1196,7 +1194,7 @@ static void set_backend_login(struct session *s, const struct auth_user *u)
  * with another backend login. The reply is the proxy's. */
 static void relogin(struct session *s)
 {
-    const struct config *cfg = s->srv->cfg;
+    const struct config *cfg = s->ctx->cfg;
     const char *pass = s->be_pass != NULL ? s->be_pass : cfg->backend_password;
     const char *user = s->be_pass != NULL ? s->be_user : cfg->backend_username;
     size_t n;
@@ -1238,7 +1236,7 @@ static enum handled login_as(struct session *s, const struct auth_user *u, int h
             break;
         if (s->q.len > 0)
             return HR_WAIT;
-        if (u->backend_password == NULL && s->srv->cfg->backend_password == NULL) {
+        if (u->backend_password == NULL && s->ctx->cfg->backend_password == NULL) {
             *refusal = "-ERR ttlguard: this connection is logged in to Redis as another "
                        "user's backend_user, and this user has no backend login to replace "
                        "it: connect again to log in as this user\r\n";
@@ -1297,9 +1295,9 @@ static int client_login(struct session *s, const struct request *req, struct req
     static struct sbuf hello;
     const char *refusal = NULL;
     struct login_ctx cx = {
-        .users = &s->srv->cfg->users, .backend = control_login(), .logged_in = s->authed,
+        .users = &s->ctx->cfg->users, .backend = control_login(), .logged_in = s->authed,
         .replies_pending = s->replied_in_read || xport_backlog(&s->client) > 0,
-        .cluster = s->srv->cfg->cluster,
+        .cluster = s->ctx->cfg->cluster,
     };
     login_judge(&cx, req, pl->ci, &lg);
     if (lg.verdict == LV_PASS)
@@ -1324,9 +1322,9 @@ static int client_login(struct session *s, const struct request *req, struct req
         return 0;
     }
     *h = HR_DONE;
-    s->srv->stats.requests++;
+    s->ctx->stats.requests++;
     plan_replies(s, req, pl);
-    s->srv->stats.auth_errors += lg.failed;
+    s->ctx->stats.auth_errors += lg.failed;
     if (pl->replies && (refusal != NULL || lg.verdict != LV_SILENT))
         queue_local(s, refusal != NULL ? refusal : lg.reply.p,
                     refusal != NULL ? strlen(refusal) : lg.reply.len, 0);
@@ -1364,7 +1362,7 @@ static enum pubsub_verdict pubsub_context(const struct session *s, enum cmd_id i
  * REPLY, AUTH). */
 static void forward_refused(struct session *s, const struct request *req)
 {
-    s->srv->stats.requests++;
+    s->ctx->stats.requests++;
     s->be.t->requests++;
     s->served++;
     tob_add(s, req->raw.p, req->raw.len, 0);
@@ -1379,7 +1377,7 @@ static void forward_refused(struct session *s, const struct request *req)
 
 static enum handled handle_request(struct session *s, const struct request *req)
 {
-    struct req_plan pl = { .ci = command_resolve(s->srv->commands, req->argv[0].p,
+    struct req_plan pl = { .ci = command_resolve(control_facts()->commands, req->argv[0].p,
                                                  req->argv[0].len) };
     pl.id = pl.ci != NULL ? pl.ci->id : CID_OTHER;
     struct request fwd = *req;
@@ -1396,7 +1394,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
         return h;
     req = &fwd;
-    if (s->mode == SM_OWN && s->srv->cfg->multiplex)
+    if (s->mode == SM_OWN && s->ctx->cfg->multiplex)
         consider_sharing(s, req, pl.ci);
     enum route rt = s->mode == SM_SHARED ? shared_route(s, req, pl.ci) : RT_HERE;
     /* AUTH, or HELLO ... AUTH. Redis 8.0 and Valkey 8.1 send no reply at all
@@ -1413,7 +1411,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
         return HR_PIN;
     if (rt == RT_WAIT)
         return HR_WAIT;
-    s->srv->stats.requests++;
+    s->ctx->stats.requests++;
     s->be.t->requests++;
     if (rt == RT_SELECT) {
         plan_replies(s, req, &pl);
@@ -1502,18 +1500,18 @@ static int keep_rest(struct session *s, const char *data, size_t len, size_t pos
  * Our own replies at the head are owed nothing: they go first. */
 static int pending_full(struct session *s)
 {
-    if ((uint32_t)s->srv->cfg->max_pending > s->q.len)
+    if ((uint32_t)s->ctx->cfg->max_pending > s->q.len)
         return 0;
     if (!reply_in_progress(s))
         emit_locals(s);
-    s->cap_wait = (uint32_t)s->srv->cfg->max_pending <= s->q.len;
+    s->cap_wait = (uint32_t)s->ctx->cfg->max_pending <= s->q.len;
     return s->cap_wait;
 }
 
 /* A reply came in: requests held back by max_pending go on. */
 static void pending_resume(struct session *s)
 {
-    if (!s->cap_wait || s->closing || s->q.len >= (uint32_t)s->srv->cfg->max_pending)
+    if (!s->cap_wait || s->closing || s->q.len >= (uint32_t)s->ctx->cfg->max_pending)
         return;
     s->cap_wait = 0;
     process_input(s, s->ibuf, s->ilen, 1);
@@ -1526,7 +1524,7 @@ static void process_input(struct session *s, const char *data, size_t len, int i
         s->framer = req_framer_new();
     int unauth = s->unauth || (s->ttlg_auth && !s->authed);    /* the framer's limits */
     req_framer_set_unauthenticated(s->framer, unauth);
-    req_framer_set_inline_join(s->framer, command_set_features(s->srv->commands) & FT_INLINE_JOIN);
+    req_framer_set_inline_join(s->framer, command_set_features(control_facts()->commands) & FT_INLINE_JOIN);
 
     size_t pos = 0;
     struct request req;
@@ -1534,7 +1532,7 @@ static void process_input(struct session *s, const char *data, size_t len, int i
     while (!s->draining && !s->close_after_flush &&
            (rc = req_next(s->framer, data, len, &pos, &req)) != 0) {
         if (rc < 0) {
-            s->srv->stats.protocol_errors++;
+            s->ctx->stats.protocol_errors++;
             const char *msg = req_framer_error(s->framer);
             log_debug("client protocol error: %s", msg);
             queue_error(s, msg);
@@ -1657,15 +1655,15 @@ static void serve_waiting(struct session *s)
 static void be_ready(struct bconn *b)
 {
     struct session *s = b->owner;
-    struct server *srv = s->srv;
-    if (!srv->commands_ready && !policy_inactive(srv->cfg)) {
+    const struct backend_facts *bf = control_facts();
+    if (!bf->commands_ready && !policy_inactive(s->ctx->cfg)) {
         /* Rules judge commands by the backend's own table: wait for it
          * (session_commands_ready()). The client is not read meanwhile. */
         s->ident_wait = 1;
         return;
     }
-    s->auth_required = !s->ttlg_auth && srv->cfg->backend_password == NULL &&
-                       srv->clients_must_auth;
+    s->auth_required = !s->ttlg_auth && s->ctx->cfg->backend_password == NULL &&
+                       bf->clients_must_auth;
     s->unauth = s->auth_required;
     session_set_mode(s, SM_OWN);
     if (s->was_shared)
@@ -1796,7 +1794,7 @@ static void on_client_tls(struct xport *x, const char *why)
     struct session *s = x->h.handle.data;
     if (why == NULL || s->closing)
         return;
-    s->srv->stats.tls_handshake_errors++;
+    s->ctx->stats.tls_handshake_errors++;
     log_info("TLS handshake with client %s failed: %s", client_name(s), why);
     session_close(s);
 }
@@ -1810,16 +1808,16 @@ static void on_client_tls(struct xport *x, const char *why)
 static int protected_refusal(struct session *s, int tls)
 {
     static uint64_t last;
-    struct server *srv = s->srv;
-    const struct config *cfg = srv->cfg;
+    const struct backend_facts *bf = control_facts();
+    const struct config *cfg = s->ctx->cfg;
     struct sockaddr_storage ss;
     int len = sizeof ss;
     if (!cfg->protected_mode || cfg->users.n > 0 || cfg->backend_password != NULL ||
-        (srv->auth_known && srv->clients_must_auth) || s->client.h.handle.type != UV_TCP ||
+        (bf->auth_known && bf->clients_must_auth) || s->client.h.handle.type != UV_TCP ||
         uv_tcp_getpeername(&s->client.h.tcp, (struct sockaddr *)&ss, &len) != 0 ||
         sockaddr_is_loopback(&ss))
         return 0;
-    srv->stats.clients_denied++;
+    s->ctx->stats.clients_denied++;
     if (last == 0 || now_ms_monotonic() - last >= 60000) {
         last = now_ms_monotonic();
         log_warn("protected mode: client %s refused: it is not on this host and no password "
@@ -1836,20 +1834,22 @@ static int protected_refusal(struct session *s, int tls)
     return 1;
 }
 
-void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls,
+void session_accept(struct clients *cl, uv_stream_t *listener, struct tls_context *tls,
                     struct target *target)
 {
+    struct loop_ctx *ctx = cl->ctx;
     struct session *s = xcalloc(1, sizeof *s);
-    s->srv = srv;
+    s->ctx = ctx;
+    s->cl = cl;
     session_set_mode(s, SM_DOWN);
-    bconn_init(&s->be, srv, &be_ops, s);
+    bconn_init(&s->be, ctx, &be_ops, s);
     s->be.t = target;           /* its own connections and its shared ones go there */
     target->sessions++;
 
     if (listener->type == UV_TCP)
-        uv_tcp_init(srv->loop, &s->client.h.tcp);
+        uv_tcp_init(ctx->loop, &s->client.h.tcp);
     else
-        uv_pipe_init(srv->loop, &s->client.h.pipe, 0);
+        uv_pipe_init(ctx->loop, &s->client.h.pipe, 0);
     s->client.h.handle.data = s;
     s->handles = 1;
     if (uv_accept(listener, &s->client.h.stream) != 0) {
@@ -1858,20 +1858,20 @@ void session_accept(struct server *srv, uv_stream_t *listener, struct tls_contex
         return;
     }
     /* link before anything can close it */
-    s->next = srv->sessions;
-    if (srv->sessions)
-        srv->sessions->prev = s;
-    srv->sessions = s;
-    srv->nsessions++;
-    srv->nclients++;
-    srv->stats.clients_accepted++;
+    s->next = cl->all;
+    if (cl->all)
+        cl->all->prev = s;
+    cl->all = s;
+    cl->nsessions++;
+    cl->nclients++;
+    ctx->stats.clients_accepted++;
     s->last_active = s->accepted = now_ms_monotonic();
 
-    if (srv->nclients > srv->cfg->max_clients) {
+    if (cl->nclients > ctx->cfg->max_clients) {
         /* As redis does: say why, then close (a TLS client before its
          * handshake cannot be told: it is closed, as redis does too). */
         static const char msg[] = "-ERR max number of clients reached\r\n";
-        srv->stats.clients_rejected++;
+        ctx->stats.clients_rejected++;
         uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
         if (tls == NULL)
             uv_try_write(&s->client.h.stream, &b, 1);
@@ -1886,7 +1886,7 @@ void session_accept(struct server *srv, uv_stream_t *listener, struct tls_contex
         session_close(s);
         return;
     }
-    if (srv->cfg->users.n > 0) {
+    if (ctx->cfg->users.n > 0) {
         s->ttlg_auth = 1;       /* no backend connection before the login */
         session_set_mode(s, SM_AUTH);
         session_resume(s);
@@ -1897,7 +1897,7 @@ void session_accept(struct server *srv, uv_stream_t *listener, struct tls_contex
 
 void session_cron(struct session *s, uint64_t now)
 {
-    const struct config *cfg = s->srv->cfg;
+    const struct config *cfg = s->ctx->cfg;
     if (s->closing)
         return;
     bconn_cron(&s->be, now);
@@ -1905,7 +1905,7 @@ void session_cron(struct session *s, uint64_t now)
         return;
     if (s->client.tls != NULL && !tls_handshake_done(s->client.tls) &&
         now - s->accepted >= CLIENT_TLS_HANDSHAKE_MS) {
-        s->srv->stats.tls_handshake_errors++;
+        s->ctx->stats.tls_handshake_errors++;
         log_info("TLS handshake with client %s failed: not done within %d ms",
                  client_name(s), CLIENT_TLS_HANDSHAKE_MS);
         session_close(s);

@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "cluster.h"
+#include "loop.h"
 #include "policy.h"
 #include "resp_reply.h"
 #include "resp_request.h"
@@ -26,7 +27,7 @@ enum session_mode {
     SM_WAIT,        /* its own connection is being opened: the client is not read */
     SM_OWN,         /* its own backend connection (1:1) */
     SM_SHARED,      /* the shared connection (multiplex = on) */
-    SM_DOWN,        /* no backend: requests get srv->down_reason, then the session closes */
+    SM_DOWN,        /* no backend: requests get its target's down_reason, then the session closes */
     SM_LOST,        /* the backend went away after it was ready: what was received goes
                        out, then the session closes */
 };
@@ -88,8 +89,9 @@ struct pending {
 };
 
 struct session {
-    struct server *srv;
-    struct session *prev, *next;    /* srv->sessions */
+    struct loop_ctx *ctx;
+    struct clients *cl;
+    struct session *prev, *next;    /* cl->all */
 
     struct xport client;            /* the client's socket, plain or TLS (tls_listen) */
     struct bconn be;                /* its own backend connection (SM_WAIT, SM_OWN) */
@@ -213,7 +215,7 @@ void session_pause(struct session *s);
 
 /* mux.c, for session.c */
 
-int mux_shareable(struct server *srv);
+int mux_shareable(const struct loop_ctx *ctx);
 /* Join the shared connection of s's state at accept, so that losing it ends
  * s like Redis ends its clients. -1: there is none to be had. */
 int mux_attach(struct session *s);
