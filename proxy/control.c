@@ -259,8 +259,7 @@ static void ctl_reply(struct bconn *b, const char *p, size_t n, int done, char t
     ctl.n--;
     switch (what) {
     case PR_PING:
-        ctl.facts.clients_must_auth = type == '-' && ctl.len >= 7 &&
-                                     memcmp(ctl.buf, "-NOAUTH", 7) == 0;
+        ctl.facts.clients_must_auth = login_is_noauth(ctl.buf, ctl.len);
         ctl.facts.auth_known = 1;
         break;
     case PR_AUTH:

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "login.h"
 #include "session_int.h"
 #include "stats.h"
 #include "util.h"
@@ -92,7 +93,7 @@ static void remember_carried(struct session *s, const struct pending *p)
     char **slot = p->subkind == CARRY_LIB_NAME ? &s->lib_name :
                   p->subkind == CARRY_LIB_VER ? &s->lib_ver : NULL;
     if (slot == NULL) {
-        s->no_evict = slice_eq_nocase((struct slice){ p->local, p->local_len }, "on");
+        s->no_evict = p->subkind == CARRY_NO_EVICT_ON;
         return;
     }
     free(*slot);
@@ -356,22 +357,7 @@ static int held(const struct session *s, const struct pending *head, char type)
            (type == '-' || (head != NULL && head->what == PW_TOPOLOGY));
 }
 
-static void on_topology_read(struct cluster_wait *w)
-{
-    struct session *s = (struct session *)((char *)w - offsetof(struct session, cwait));
-    session_unpark(s);
-}
-
-void park_add(struct session *s, char kind, const char *p, size_t n)
-{
-    sbuf_add(&s->park, &kind, 1);
-    sbuf_add(&s->park, &n, sizeof n);
-    sbuf_add(&s->park, p, n);
-    if (s->park.len > s->ctx->cfg->max_buffer)
-        session_unpark(s);      /* waiting must not cost unbounded memory */
-}
-
-void session_unpark(struct session *s)
+static void session_unpark(struct session *s)
 {
     if (!s->parked)
         return;
@@ -393,6 +379,21 @@ void session_unpark(struct session *s)
     if (!s->closing)
         session_flush_client();
     maybe_finish(s);
+}
+
+static void on_topology_read(struct cluster_wait *w)
+{
+    struct session *s = (struct session *)((char *)w - offsetof(struct session, cwait));
+    session_unpark(s);
+}
+
+void park_add(struct session *s, char kind, const char *p, size_t n)
+{
+    sbuf_add(&s->park, &kind, 1);
+    sbuf_add(&s->park, &n, sizeof n);
+    sbuf_add(&s->park, p, n);
+    if (s->park.len > s->ctx->cfg->max_buffer)
+        session_unpark(s);      /* waiting must not cost unbounded memory */
 }
 
 /* Keep the reply until it is whole, then hand the client its rewritten form.
@@ -458,7 +459,7 @@ void session_reply(struct session *s, const char *p, size_t n, int done, char ty
     }
     if (!done)
         return;
-    if (type == '-' && !s->ttlg_auth && s->peeklen >= 7 && memcmp(s->peek, "-NOAUTH", 7) == 0)
+    if (!s->ttlg_auth && login_is_noauth(s->peek, s->peeklen))
         s->auth_required = s->unauth = 1;   /* Redis says so: its limits apply */
     reply_done(s, type);
 }

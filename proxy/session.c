@@ -577,117 +577,7 @@ void enter_replica(struct session *s)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Protocol state mirrored from requests                                     */
-
-/* AUTH, HELLO, RESET, MONITOR: state that follows from a request, assumed
- * to succeed (later requests of the same pipeline are judged in it) and
- * undone by reply_done() when the reply says it did not. */
-static void track_request(struct session *s, const struct request *req, enum cmd_id id,
-                          struct pending *p)
-{
-    long long ver;
-    switch (id) {
-    case CID_AUTH:
-        if (req->argc == 2 || req->argc == 3) {
-            p->what = PW_CLIENT_AUTH;
-            s->unauth = 0;
-        }
-        break;
-    case CID_HELLO:
-        p->what = PW_HELLO;
-        p->subkind = s->resp3;
-        if (req->argc >= 2 && slice_to_ll(req->argv[1], &ver) == 0 && (ver == 2 || ver == 3))
-            s->resp3 = ver == 3;
-        p->proto_gen = ++s->proto_gen;
-        for (int i = 2; i + 2 < req->argc; i++)
-            if (slice_eq_nocase(req->argv[i], "auth")) {
-                p->subkind |= 2;
-                s->unauth = 0;
-            }
-        break;
-    case CID_RESET:
-        p->what = PW_RESET;
-        s->proto_gen++;
-        p->subkind = s->nchan + s->npat + s->nshard > 0 || s->sub_unsure > 0;
-        if (p->remaining == 0)      /* no reply will say so: it unsubscribes now */
-            s->nchan = s->npat = s->nshard = 0;
-        s->resp3 = 0;
-        s->authed = 0;              /* RESET logs the client out (of ttlguard too) */
-        s->unauth = s->auth_required;
-        break;
-    case CID_MONITOR:
-        p->what = PW_MONITOR;
-        break;
-    case CID_SYNC:
-    case CID_PSYNC:
-        p->what = PW_SYNC;
-        break;
-    case CID_CLUSTER:
-    case CID_ROLE:
-    case CID_INFO:
-        if (s->ctx->cfg->cluster) {
-            p->subkind = (uint8_t)cluster_topology_kind(id, req->argc, req->argv);
-            if (p->subkind != TOPO_NONE)
-                p->what = PW_TOPOLOGY;
-        }
-        break;
-    default:
-        break;
-    }
-}
-
-/* RESP2/RESP3 subscribe-family: how many regular replies does it get?
- * Returns 1 and fills p when id is one. */
-static int track_pubsub(struct session *s, const struct request *req, enum cmd_id id,
-                        struct pending *p)
-{
-    int sub;
-    enum sub_kind kind;
-    switch (id) {
-    case CID_SUBSCRIBE:     sub = 1; kind = SUB_CHANNEL; break;
-    case CID_PSUBSCRIBE:    sub = 1; kind = SUB_PATTERN; break;
-    case CID_SSUBSCRIBE:    sub = 1; kind = SUB_SHARD; break;
-    case CID_UNSUBSCRIBE:   sub = 0; kind = SUB_CHANNEL; break;
-    case CID_PUNSUBSCRIBE:  sub = 0; kind = SUB_PATTERN; break;
-    case CID_SUNSUBSCRIBE:  sub = 0; kind = SUB_SHARD; break;
-    default:                return 0;
-    }
-    if (sub && req->argc < 2)
-        return 0;           /* arity error: one ordinary error reply */
-    if (s->resp3) {
-        p->remaining = 0;   /* every confirmation is a push */
-        return 1;
-    }
-    p->what = PW_SUB;
-    p->subkind = kind;
-    p->remaining = req->argc > 1 ? req->argc - 1 : -1;
-    return 1;
-}
-
-/* CLIENT REPLY ON|OFF|SKIP. Returns 1 when req is one of them. */
-static int track_client_reply(struct session *s, const struct request *req, enum cmd_id id,
-                              int *replies)
-{
-    if (id != CID_CLIENT || req->argc != 3 || !slice_eq_nocase(req->argv[1], "reply"))
-        return 0;
-    if (slice_eq_nocase(req->argv[2], "on")) {
-        s->reply_off = 0;
-        s->reply_skip = 0;
-        *replies = 1;
-    } else if (slice_eq_nocase(req->argv[2], "off")) {
-        s->reply_off = 1;
-        *replies = 0;
-    } else if (slice_eq_nocase(req->argv[2], "skip")) {
-        if (!s->reply_off)
-            s->reply_skip = 1;
-        *replies = 0;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
-/* Who is asking, for the event log. */
+/* Who is asking, for the event log                                          */
 
 /* The client's address, for log lines. */
 static const char *client_name(struct session *s)
@@ -727,100 +617,12 @@ const struct ev_client *session_client(struct session *s, struct ev_client *c)
     return c;
 }
 
-static void multi_reset(struct session *s)
-{
-    s->in_multi = 0;
-    s->watching = 0;
-    s->multi_dirty = 0;
-    s->multi_fix.len = 0;
-    s->multi_nfix = 0;
-    s->multi_topo.len = 0;
-    s->multi_topo_any = 0;
-}
-
-/* State the events and the rewrites need: SELECT, CLIENT SETNAME, WATCH,
- * pushes, RESET. Set when forwarded: a refused SELECT leaves a wrong db in an
- * event, nothing else. */
-static void track_identity(struct session *s, const struct request *req, enum cmd_id id)
-{
-    long long db;
-    switch (id) {
-    case CID_SELECT:
-        if (req->argc == 2 && slice_to_ll(req->argv[1], &db) == 0)
-            s->db = (int)db;
-        break;
-    case CID_SUBSCRIBE:
-    case CID_PSUBSCRIBE:
-    case CID_SSUBSCRIBE:
-        s->pushes |= s->resp3;
-        break;
-    case CID_CLIENT:
-        if (req->argc >= 3 && slice_eq_nocase(req->argv[1], "tracking") &&
-            slice_eq_nocase(req->argv[2], "on"))
-            s->pushes |= s->resp3;
-        if (req->argc == 3 && slice_eq_nocase(req->argv[1], "setname")) {
-            free(s->client_name);
-            s->client_name = req->argv[2].len ? xmemdup(req->argv[2].p, req->argv[2].len) : NULL;
-        } else if (req->argc >= 3 && slice_eq_nocase(req->argv[1], "pause") &&
-                   slice_to_ll(req->argv[2], &db) == 0 && db >= 0) {
-            s->cl->paused_until = now_ms_monotonic() + (uint64_t)db;
-        } else if (req->argc == 2 && slice_eq_nocase(req->argv[1], "unpause")) {
-            s->cl->paused_until = 0;
-        }
-        break;
-    case CID_WATCH:
-        if (req->argc >= 2 && !s->in_multi)
-            s->watching = 1;
-        break;
-    case CID_UNWATCH:
-        if (req->argc == 1)
-            s->watching = 0;
-        break;
-    case CID_RESET:
-        if (req->argc == 1) {
-            s->db = 0;
-            s->pushes = 0;
-            free(s->client_name);
-            s->client_name = NULL;
-            multi_reset(s);
-        }
-        break;
-    default:
-        break;
-    }
-}
-
 /* ------------------------------------------------------------------------ */
 /* Handling one request                                                      */
 
-enum { MT_NONE, MT_MULTI, MT_EXEC, MT_DISCARD };
-
-static int multi_cmd(const struct request *req, enum cmd_id id)
-{
-    if (req->argc != 1)
-        return MT_NONE;
-    switch (id) {
-    case CID_MULTI:     return MT_MULTI;
-    case CID_EXEC:      return MT_EXEC;
-    case CID_DISCARD:   return MT_DISCARD;
-    default:            return MT_NONE;
-    }
-}
-
-/* What one request needs, decided before anything is sent. */
-struct req_plan {
-    const struct cmd_info *ci;  /* NULL: a command Redis does not know */
-    enum cmd_id id;
-    int mt;                     /* MT_* */
-    int queued;                 /* inside MULTI: Redis only queues it */
-    int replies;                /* the client gets a reply */
-    int skipped;                /* ... it does not, because of CLIENT REPLY SKIP */
-    int raw_copy;               /* req->raw is not in the input: copy it (HELLO without AUTH) */
-};
-
 /* A follow-up request whose reply the proxy swallows. Redis does not answer
  * it under CLIENT REPLY OFF, so then nothing is waited for. */
-static void send_internal(struct session *s, const char *p, size_t len, int count)
+void send_internal(struct session *s, const char *p, size_t len, int count)
 {
     tob_add(s, p, len, 1);
     if (s->reply_off)
@@ -839,12 +641,12 @@ static void send_internal(struct session *s, const char *p, size_t len, int coun
  * and so do CLIENT SETNAME and the other CLIENT forms (other clients'
  * CLIENT LIST would tell), a SELECT Redis refuses (its own error), and
  * commands Redis does not know. */
-static int needs_own(const struct request *req, const struct cmd_info *ci)
+static int needs_own(const struct request *req, const struct req_plan *pl)
 {
     long long v;
-    if (ci == NULL)
+    if (pl->ci == NULL)
         return 1;
-    switch (ci->id) {
+    switch (pl->id) {
     case CID_SELECT:
         return req->argc != 2 || slice_to_ll(req->argv[1], &v) != 0 || v < 0 ||
                v >= control_facts()->databases;
@@ -852,12 +654,12 @@ static int needs_own(const struct request *req, const struct cmd_info *ci)
         return req->argc > 2 || (req->argc == 2 && (slice_to_ll(req->argv[1], &v) != 0 ||
                                                     (v != 2 && v != 3)));
     case CID_CLIENT:
-        return !((req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo")) ||
-                 (req->argc == 3 && slice_eq_nocase(req->argv[1], "no-evict")));
+        return !((req->argc == 4 && pl->words.sub == CSUB_SETINFO) ||
+                 (req->argc == 3 && pl->words.sub == CSUB_NO_EVICT));
     case CID_SCRIPT:        /* the script debugger is per connection */
         return req->argc >= 2 && slice_eq_nocase(req->argv[1], "debug");
     default:
-        return (ci->sflags & CS_PIN) != 0;
+        return (pl->ci->sflags & CS_PIN) != 0;
     }
 }
 
@@ -872,16 +674,16 @@ static int changes_shared_state(const struct session *s, const struct request *r
 }
 
 static enum route shared_route(struct session *s, const struct request *req,
-                               const struct cmd_info *ci)
+                               const struct req_plan *pl)
 {
-    if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->ctx) || needs_own(req, ci))
+    if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->ctx) || needs_own(req, pl))
         return RT_PIN;
-    if (!changes_shared_state(s, req, ci->id))
+    if (!changes_shared_state(s, req, pl->id))
         return RT_HERE;
     emit_locals(s);         /* our own replies at the head are owed nothing */
     if (s->q.len > 0)
         return RT_WAIT;
-    return ci->id == CID_SELECT ? RT_SELECT : RT_HERE;
+    return pl->id == CID_SELECT ? RT_SELECT : RT_HERE;
 }
 
 /* While a CLIENT PAUSE sent through the proxy lasts, Redis holds each
@@ -901,40 +703,19 @@ static int paused(const struct clients *cl)
  * KILL), as it is without the proxy; one that ever sends a command that
  * needs its own connection stays on it. */
 static void consider_sharing(struct session *s, const struct request *req,
-                             const struct cmd_info *ci)
+                             const struct req_plan *pl)
 {
-    if (needs_own(req, ci) || s->be_pass != NULL) {
+    if (needs_own(req, pl) || s->be_pass != NULL) {
         s->stateful = 1;            /* a backend login of its own cannot share either */
         return;
     }
-    if (s->stateful || s->served == 0 || ci->id == CID_SELECT || ci->id == CID_HELLO ||
-        ci->id == CID_CLIENT || s->q.len > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
+    if (s->stateful || s->served == 0 || pl->id == CID_SELECT || pl->id == CID_HELLO ||
+        pl->id == CID_CLIENT || s->q.len > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
         reply_in_progress(s) || !mux_shareable(s->ctx) || paused(s->cl) || mux_attach(s) < 0)
         return;
     bconn_close(&s->be);
     session_set_mode(s, SM_SHARED);
     s->unauth = 0;
-}
-
-/* CLIENT SETINFO LIB-NAME|LIB-VER v, CLIENT NO-EVICT ON|OFF of a shared
- * session: remembered when Redis says +OK (apply_reply()). */
-static void track_carried(const struct request *req, struct pending *p)
-{
-    struct slice arg = req->argv[req->argc - 1];
-    if (req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo") &&
-        slice_eq_nocase(req->argv[2], "lib-name"))
-        p->subkind = CARRY_LIB_NAME;
-    else if (req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo") &&
-             slice_eq_nocase(req->argv[2], "lib-ver"))
-        p->subkind = CARRY_LIB_VER;
-    else if (req->argc == 3 && slice_eq_nocase(req->argv[1], "no-evict"))
-        p->subkind = CARRY_NO_EVICT;
-    else
-        return;
-    p->what = PW_CARRY;
-    p->local = xmemdup(arg.p, arg.len);
-    p->local_len = (uint32_t)arg.len;
-    p->local_owned = 1;
 }
 
 /* CLIENT REPLY and MULTI decide whether the client gets a reply. */
@@ -949,7 +730,7 @@ static void plan_replies(struct session *s, const struct request *req, struct re
                                  * the skip of the running command */
     pl->replies = 1;
     pl->skipped = 0;
-    int client_reply = !pl->queued && track_client_reply(s, req, pl->id, &pl->replies);
+    int client_reply = !pl->queued && track_client_reply(s, req, pl, &pl->replies);
     if (!client_reply && (s->reply_off || s->reply_skip)) {
         pl->replies = 0;
         pl->skipped = s->reply_skip;
@@ -1026,15 +807,6 @@ static void send_request(struct session *s, const struct request *req, enum verd
         tob_add(s, rw->tail.p, rw->tail.len, 1);
 }
 
-/* Cluster: what each command queued in the client's MULTI is, so that
- * EXEC's reply can have its topology replies rewritten, and only those. */
-static void note_queued_topology(struct session *s, const struct request *req, enum cmd_id id)
-{
-    char kind = (char)cluster_topology_kind(id, req->argc, req->argv);
-    sbuf_add(&s->multi_topo, &kind, 1);
-    s->multi_topo_any |= kind != TOPO_NONE;
-}
-
 /* The pending entries for what was sent. */
 static void expect_replies(struct session *s, const struct request *req,
                            const struct req_plan *pl, enum verdict v, const struct rewrite *rw)
@@ -1077,15 +849,15 @@ static void expect_replies(struct session *s, const struct request *req,
          * no reply will confirm or undo them, so they count as sent. */
         struct pending unused = { .kind = PK_FORWARD, .remaining = 0 };
         if (!pl->queued && pl->id != CID_CLIENT)
-            track_request(s, req, pl->id, &unused);
+            track_request(s, req, pl, &unused);
         return;
     }
     struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
                           .t0 = loop_now_ns };
     if (pl->id == CID_CLIENT)
-        track_carried(req, &pe);
+        track_carried(req, pl, &pe);
     else if (!pl->queued && !track_pubsub(s, req, pl->id, &pe))
-        track_request(s, req, pl->id, &pe);
+        track_request(s, req, pl, &pe);
     if (pl->mt == MT_EXEC && s->in_multi && s->multi_topo_any) {
         /* EXEC's reply holds topology replies: which elements, the entry says. */
         pe.what = PW_TOPOLOGY;
@@ -1127,28 +899,6 @@ static void send_followup(struct session *s, const struct req_plan *pl, const st
         return;
     }
     send_internal(s, rw->followup.p, rw->followup.len, 1);
-}
-
-static void track_multi(struct session *s, int mt)
-{
-    switch (mt) {
-    case MT_MULTI:
-        s->in_multi = 1;
-        break;
-    case MT_EXEC:
-        if (!s->in_multi)
-            break;      /* "EXEC without MULTI": Redis keeps the WATCH */
-        if (s->multi_nfix > 0)
-            send_internal(s, s->multi_fix.p, s->multi_fix.len, s->multi_nfix);
-        multi_reset(s);
-        break;
-    case MT_DISCARD:
-        if (s->in_multi)
-            multi_reset(s);
-        break;
-    default:
-        break;
-    }
 }
 
 /* SELECT of a shared session: it moves to the shared connection of that
@@ -1299,7 +1049,7 @@ static int client_login(struct session *s, const struct request *req, struct req
         .replies_pending = s->replied_in_read || xport_backlog(&s->client) > 0,
         .cluster = s->ctx->cfg->cluster,
     };
-    login_judge(&cx, req, pl->ci, &lg);
+    login_judge(&cx, req, pl->ci, &pl->words, &lg);
     if (lg.verdict == LV_PASS)
         return 0;
     *h = HR_DONE;
@@ -1318,6 +1068,7 @@ static int client_login(struct session *s, const struct request *req, struct req
     }
     if (lg.verdict == LV_HELLO && refusal == NULL) {
         hello_request(&lg, &hello, fwd);
+        pl->words = command_words(pl->id, fwd->argc, fwd->argv);
         pl->raw_copy = 1;
         return 0;
     }
@@ -1380,6 +1131,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
     struct req_plan pl = { .ci = command_resolve(control_facts()->commands, req->argv[0].p,
                                                  req->argv[0].len) };
     pl.id = pl.ci != NULL ? pl.ci->id : CID_OTHER;
+    pl.words = command_words(pl.id, req->argc, req->argv);
     struct request fwd = *req;
     enum handled h;
     if (s->mode == SM_OWN) {        /* a subscriber has a connection of its own */
@@ -1395,15 +1147,15 @@ static enum handled handle_request(struct session *s, const struct request *req)
         return h;
     req = &fwd;
     if (s->mode == SM_OWN && s->ctx->cfg->multiplex)
-        consider_sharing(s, req, pl.ci);
-    enum route rt = s->mode == SM_SHARED ? shared_route(s, req, pl.ci) : RT_HERE;
+        consider_sharing(s, req, &pl);
+    enum route rt = s->mode == SM_SHARED ? shared_route(s, req, &pl) : RT_HERE;
     /* AUTH, or HELLO ... AUTH. Redis 8.0 and Valkey 8.1 send no reply at all
      * to a failed AUTH that arrives while an earlier reply of the connection
      * is still pending (redis#15640): the proxy, which pairs replies with
      * requests by count, would then give every later reply to the wrong
      * request. On its own connection a session sends one only when nothing
      * is owed (the shared connection is left for one that way already). */
-    if (s->mode == SM_OWN && s->q.len > 0 && login_carries_auth(req, pl.id))
+    if (s->mode == SM_OWN && s->q.len > 0 && login_carries_auth(pl.id, &pl.words))
         return HR_WAIT;
     if (s->mode == SM_OWN)
         s->served++;
@@ -1436,7 +1188,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
         return HR_DONE;
     }
     if (!pl.queued)
-        track_identity(s, req, pl.id);
+        track_identity(s, req, &pl);
     send_request(s, req, v, &pl, &rw);
     expect_replies(s, req, &pl, v, &rw);
     send_followup(s, &pl, &rw);

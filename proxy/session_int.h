@@ -1,6 +1,6 @@
 /*
- * session_int: what the client side (session.c, reply.c) and the shared
- * connection (mux.c) share. Not for other modules: they use session.h.
+ * session_int: what the client side (session.c, mirror.c, reply.c) and the
+ * shared connection (mux.c) share. Not for other modules: they use session.h.
  */
 #ifndef TTLG_SESSION_INT_H
 #define TTLG_SESSION_INT_H
@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "cluster.h"
+#include "commands.h"
 #include "loop.h"
 #include "policy.h"
 #include "resp_reply.h"
@@ -70,7 +71,22 @@ enum exec_phase { XP_START, XP_HEADER, XP_FIRST, XP_REST, XP_ALL };
 enum sub_kind { SUB_CHANNEL, SUB_PATTERN, SUB_SHARD };
 
 /* State a shared session carries, replayed on its own connection. */
-enum carried { CARRY_LIB_NAME, CARRY_LIB_VER, CARRY_NO_EVICT };
+enum carried { CARRY_LIB_NAME, CARRY_LIB_VER, CARRY_NO_EVICT_ON, CARRY_NO_EVICT_OFF };
+
+/* MULTI, EXEC, DISCARD (multi_cmd()). */
+enum { MT_NONE, MT_MULTI, MT_EXEC, MT_DISCARD };
+
+/* What one request needs, decided before anything is sent. */
+struct req_plan {
+    const struct cmd_info *ci;  /* NULL: a command Redis does not know */
+    enum cmd_id id;
+    struct cmd_words words;     /* CLIENT's and HELLO's words, resolved with the command */
+    int mt;                     /* MT_* */
+    int queued;                 /* inside MULTI: Redis only queues it */
+    int replies;                /* the client gets a reply */
+    int skipped;                /* ... it does not, because of CLIENT REPLY SKIP */
+    int raw_copy;               /* req->raw is not in the input: copy it (HELLO without AUTH) */
+};
 
 struct pending {
     uint8_t kind;           /* enum pend_kind */
@@ -185,11 +201,6 @@ void emit_locals(struct session *s);
 /* Bytes for s's client: copied, or a span valid until the flush. */
 void toc_add(struct session *s, const char *p, size_t n, int copy);
 
-/* Cluster: while a redirect to a node not known yet waits for a topology
- * read, what would go to the client is kept in order instead: bytes as
- * they are ('R'), redirects to rewrite once the read is done ('M'). */
-void park_add(struct session *s, char kind, const char *p, size_t n);
-void session_unpark(struct session *s);
 /* Who s is, for an event (c is filled and returned). */
 const struct ev_client *session_client(struct session *s, struct ev_client *c);
 /* Close once everything owed has been written (close_after_flush). */
@@ -197,10 +208,38 @@ void maybe_finish(struct session *s);
 /* The reply to SYNC/PSYNC is next: the connection becomes a replication stream. */
 void enter_replica(struct session *s);
 
+/* A follow-up request whose reply the proxy swallows (count replies). */
+void send_internal(struct session *s, const char *p, size_t len, int count);
+
+/* mirror.c, for session.c: the protocol state mirrored from requests */
+
+void track_request(struct session *s, const struct request *req, const struct req_plan *pl,
+                   struct pending *p);
+/* RESP2/RESP3 subscribe-family: returns 1 and fills p when id is one. */
+int track_pubsub(struct session *s, const struct request *req, enum cmd_id id,
+                 struct pending *p);
+/* CLIENT REPLY ON|OFF|SKIP: returns 1 (and whether it gets a reply) when req is one. */
+int track_client_reply(struct session *s, const struct request *req, const struct req_plan *pl,
+                       int *replies);
+void track_identity(struct session *s, const struct request *req, const struct req_plan *pl);
+void track_carried(const struct request *req, const struct req_plan *pl, struct pending *p);
+int multi_cmd(const struct request *req, enum cmd_id id);     /* MT_* */
+void track_multi(struct session *s, int mt);
+void multi_reset(struct session *s);
+void note_queued_topology(struct session *s, const struct request *req, enum cmd_id id);
+
 /* reply.c, for session.c and mux.c */
 
 /* Bytes of one reply for s from the connection its requests went to. */
 void session_reply(struct session *s, const char *p, size_t n, int done, char type, int start);
+
+/* reply.c, for session.c */
+
+/* Cluster: while a redirect to a node not known yet waits for a topology
+ * read, what would go to the client is kept in order instead: bytes as
+ * they are ('R'), redirects to rewrite once the read is done ('M'). The
+ * read's end gives them out (reply.c). */
+void park_add(struct session *s, char kind, const char *p, size_t n);
 
 /* session.c, for mux.c */
 
