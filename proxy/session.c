@@ -63,14 +63,6 @@
 #define CLIENT_TLS_HANDSHAKE_MS 10000   /* a TLS client that has not finished its handshake
                                            by then is closed */
 
-/* What handle_request() did with a request. */
-enum handled {
-    HR_DONE,        /* handled: forwarded, rewritten or answered */
-    HR_PIN,         /* not handled: it waits for the session's own connection */
-    HR_WAIT,        /* not handled: it waits until nothing is owed on the shared connection */
-    HR_CONNECT,     /* not handled: it waits for the connection its login opened */
-};
-
 /* Where the request of a shared session goes. */
 enum route {
     RT_HERE,        /* over the shared connection of the session's state */
@@ -88,10 +80,7 @@ static struct wbatch toc;   /* to the client of toc_owner */
 static struct session *toc_owner;
 
 static void client_read_start(struct session *s);
-static void client_read_stop(struct session *s);
 static void process_input(struct session *s, const char *data, size_t len, int in_ibuf);
-static void open_own_connection(struct session *s);
-static const char *client_name(struct session *s);
 
 static void session_set_mode(struct session *s, enum session_mode m)
 {
@@ -198,7 +187,7 @@ void toc_add(struct session *s, const char *p, size_t n, int copy)
 }
 
 /* Requests gathered for the backend: flush early when iov slots run out. */
-static void tob_add(struct session *s, const char *p, size_t n, int copy)
+void tob_add(struct session *s, const char *p, size_t n, int copy)
 {
     if (wbatch_full(&tob, 1))
         flush_requests(s);
@@ -216,7 +205,7 @@ struct pending *q_head(struct session *s)
     return s->q.len ? ring_at(&s->q, sizeof(struct pending), 0) : NULL;
 }
 
-static struct pending *q_push(struct session *s)
+struct pending *q_push(struct session *s)
 {
     struct pending *p = ring_push(&s->q, sizeof *p, 16);
     memset(p, 0, sizeof *p);
@@ -237,7 +226,7 @@ void q_pop(struct session *s)
 }
 
 /* Replies Redis will send on the shared connection for what s just queued. */
-static void owe(struct session *s, int n)
+void owe(struct session *s, int n)
 {
     if (s->mode == SM_SHARED)
         s->mux_owed += n;
@@ -268,7 +257,7 @@ void emit_locals(struct session *s)
 
 /* Queue a reply of our own behind everything owed so far.
  * text is copied unless is_static. */
-static void queue_local(struct session *s, const char *text, size_t len, int is_static)
+void queue_local(struct session *s, const char *text, size_t len, int is_static)
 {
     struct pending *p = q_push(s);
     p->kind = PK_LOCAL;
@@ -306,7 +295,7 @@ static void q_fail_backend_entries(struct session *s, const char *answer)
 /* ------------------------------------------------------------------------ */
 /* Session lifetime                                                          */
 
-static void free_secret(char *p)
+void free_secret(char *p)
 {
     if (p != NULL)
         OPENSSL_cleanse(p, strlen(p));
@@ -526,7 +515,7 @@ static void client_read_start(struct session *s)
         s->client_reading = 1;
 }
 
-static void client_read_stop(struct session *s)
+void client_read_stop(struct session *s)
 {
     if (!s->client_reading)
         return;
@@ -580,7 +569,7 @@ void enter_replica(struct session *s)
 /* Who is asking, for the event log                                          */
 
 /* The client's address, for log lines. */
-static const char *client_name(struct session *s)
+const char *client_name(struct session *s)
 {
     struct ev_client c;
     return session_client(s, &c)->addr;
@@ -719,7 +708,7 @@ static void consider_sharing(struct session *s, const struct request *req,
 }
 
 /* CLIENT REPLY and MULTI decide whether the client gets a reply. */
-static void plan_replies(struct session *s, const struct request *req, struct req_plan *pl)
+void plan_replies(struct session *s, const struct request *req, struct req_plan *pl)
 {
     pl->mt = multi_cmd(req, pl->id);
     pl->queued = s->in_multi && pl->mt == MT_NONE;
@@ -911,179 +900,6 @@ static void select_shared(struct session *s, const struct request *req,
     s->db = (int)db;
     if (pl->replies)
         queue_local(s, "+OK\r\n", 5, 1);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Client authentication (client_password, [user]): login.c decides         */
-
-static int same_text(const char *a, const char *b)
-{
-    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-/* Is u's backend login the one s's connection has? */
-static int same_backend_login(const struct session *s, const struct auth_user *u)
-{
-    const char *user = u->backend_password != NULL ? u->backend_username : NULL;
-    return same_text(user, s->be_user) && same_text(u->backend_password, s->be_pass);
-}
-
-static void set_backend_login(struct session *s, const struct auth_user *u)
-{
-    free_secret(s->be_user);
-    free_secret(s->be_pass);
-    int own = u->backend_password != NULL;
-    s->be_user = own && u->backend_username != NULL ? xstrdup(u->backend_username) : NULL;
-    s->be_pass = own ? xstrdup(u->backend_password) : NULL;
-    s->be.user = s->be_user;
-    s->be.pass = s->be_pass;
-}
-
-/* Log s's own connection in to Redis again as its backend login: after
- * RESET (which logs a Redis connection out) and after a login as a user
- * with another backend login. The reply is the proxy's. */
-static void relogin(struct session *s)
-{
-    const struct config *cfg = s->ctx->cfg;
-    const char *pass = s->be_pass != NULL ? s->be_pass : cfg->backend_password;
-    const char *user = s->be_pass != NULL ? s->be_user : cfg->backend_username;
-    size_t n;
-    if (pass == NULL)
-        return;
-    char *req = auth_request(user, pass, &n);
-    tob_add(s, req, n, 1);
-    OPENSSL_cleanse(req, n);
-    free(req);
-    if (s->reply_off)
-        return;
-    struct pending *e = q_push(s);
-    e->kind = PK_INTERNAL;
-    e->what = PW_RELOGIN;
-    owe(s, 1);
-}
-
-/* Log s in as u. HR_DONE when it is; else what the request waits for: its
- * first connection (SM_AUTH; an AUTH is answered at once, a HELLO goes on
- * once it is open), its own one (a shared session whose user has a backend
- * login of its own), the replies owed before its connection logs in again.
- * *refusal: the error when it cannot be. */
-static enum handled login_as(struct session *s, const struct auth_user *u, int hello,
-                             const char **refusal)
-{
-    int same = same_backend_login(s, u);
-    switch (s->mode) {
-    case SM_AUTH:
-        set_backend_login(s, u);
-        s->authed = 1;
-        open_own_connection(s);
-        return hello ? HR_CONNECT : HR_DONE;
-    case SM_SHARED:
-        if (!same)
-            return HR_PIN;
-        break;
-    case SM_OWN:
-        if (same)
-            break;
-        if (s->q.len > 0)
-            return HR_WAIT;
-        if (u->backend_password == NULL && s->ctx->cfg->backend_password == NULL) {
-            *refusal = "-ERR ttlguard: this connection is logged in to Redis as another "
-                       "user's backend_user, and this user has no backend login to replace "
-                       "it: connect again to log in as this user\r\n";
-            return HR_DONE;
-        }
-        set_backend_login(s, u);
-        relogin(s);
-        break;
-    default:
-        set_backend_login(s, u);
-        break;
-    }
-    s->authed = 1;
-    return HR_DONE;
-}
-
-/* HELLO without its AUTH, as it goes on to Redis: encoded into buf. */
-static void hello_request(const struct login *lg, struct sbuf *buf, struct request *out)
-{
-    char hdr[32];
-    buf->len = 0;
-    sbuf_add(buf, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", lg->argc));
-    for (int i = 0; i < lg->argc; i++) {
-        sbuf_add(buf, hdr, (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", lg->argv[i].len));
-        sbuf_add(buf, lg->argv[i].p, lg->argv[i].len);
-        sbuf_add(buf, "\r\n", 2);
-    }
-    out->argc = lg->argc;
-    out->argv = (struct slice *)lg->argv;
-    out->raw = (struct slice){ buf->p, buf->len };
-    out->inline_cmd = 0;
-}
-
-/* POST or Host: before the login: closed at once, what it was owed unsent,
- * as the server's securityWarningCommand() does (and says, once a minute). */
-static void http_refused(struct session *s)
-{
-    static uint64_t last;
-    uint64_t now = now_ms_monotonic();
-    if (last == 0 || now - last >= 60000) {
-        log_warn("possible security attack: client %s sent POST or Host: as a command "
-                 "(an HTTP request?); connection closed", client_name(s));
-        last = now;
-    }
-    s->close_after_flush = 1;       /* the rest of its input is not read */
-    session_close(s);
-}
-
-/* ttlguard logs s in itself: AUTH and HELLO ... AUTH are answered here and
- * nothing else passes before them (login.c). Returns 1 when req was handled
- * (*h: how), 0 when it goes on as *fwd (req, or HELLO without its AUTH). */
-static int client_login(struct session *s, const struct request *req, struct req_plan *pl,
-                        struct request *fwd, enum handled *h)
-{
-    static struct login lg;
-    static struct sbuf hello;
-    const char *refusal = NULL;
-    struct login_ctx cx = {
-        .users = &s->ctx->cfg->users, .backend = control_login(), .logged_in = s->authed,
-        .replies_pending = s->replied_in_read || xport_backlog(&s->client) > 0,
-        .cluster = s->ctx->cfg->cluster,
-    };
-    login_judge(&cx, req, pl->ci, &pl->words, &lg);
-    if (lg.verdict == LV_PASS)
-        return 0;
-    *h = HR_DONE;
-    if (lg.verdict == LV_CLOSE) {
-        http_refused(s);
-        return 1;
-    }
-    if (s->in_multi) {
-        refusal = "-ERR ttlguard answers AUTH itself and cannot queue it in MULTI: "
-                  "send it before MULTI\r\n";
-        s->multi_dirty = 1;
-    } else if (lg.who != NULL) {
-        *h = login_as(s, lg.who, lg.verdict == LV_HELLO, &refusal);
-        if (*h != HR_DONE)
-            return 1;
-    }
-    if (lg.verdict == LV_HELLO && refusal == NULL) {
-        hello_request(&lg, &hello, fwd);
-        pl->words = command_words(pl->id, fwd->argc, fwd->argv);
-        pl->raw_copy = 1;
-        return 0;
-    }
-    *h = HR_DONE;
-    s->ctx->stats.requests++;
-    plan_replies(s, req, pl);
-    s->ctx->stats.auth_errors += lg.failed;
-    if (pl->replies && (refusal != NULL || lg.verdict != LV_SILENT))
-        queue_local(s, refusal != NULL ? refusal : lg.reply.p,
-                    refusal != NULL ? strlen(refusal) : lg.reply.len, 0);
-    if (lg.verdict == LV_QUIT) {
-        s->close_after_flush = 1;
-        client_read_stop(s);
-    }
-    return 1;
 }
 
 /* Will Redis run a command in the client's pub/sub context? */
@@ -1491,7 +1307,7 @@ static const struct bconn_ops be_ops = {
     be_ready, be_reply, be_read_end, be_failed, be_closed, be_written,
 };
 
-static void open_own_connection(struct session *s)
+void open_own_connection(struct session *s)
 {
     session_set_mode(s, SM_WAIT);
     if (s->be.state != BC_IDLE) {

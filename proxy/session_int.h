@@ -1,6 +1,7 @@
 /*
- * session_int: what the client side (session.c, mirror.c, reply.c) and the
- * shared connection (mux.c) share. Not for other modules: they use session.h.
+ * session_int: what the client side (session.c, mirror.c, session_login.c,
+ * reply.c) and the shared connection (mux.c) share. Not for other modules:
+ * they use session.h.
  */
 #ifndef TTLG_SESSION_INT_H
 #define TTLG_SESSION_INT_H
@@ -75,6 +76,14 @@ enum carried { CARRY_LIB_NAME, CARRY_LIB_VER, CARRY_NO_EVICT_ON, CARRY_NO_EVICT_
 
 /* MULTI, EXEC, DISCARD (multi_cmd()). */
 enum { MT_NONE, MT_MULTI, MT_EXEC, MT_DISCARD };
+
+/* What handle_request() did with a request. */
+enum handled {
+    HR_DONE,        /* handled: forwarded, rewritten or answered */
+    HR_PIN,         /* not handled: it waits for the session's own connection */
+    HR_WAIT,        /* not handled: it waits until nothing is owed on the shared connection */
+    HR_CONNECT,     /* not handled: it waits for the connection its login opened */
+};
 
 /* What one request needs, decided before anything is sent. */
 struct req_plan {
@@ -210,6 +219,34 @@ void enter_replica(struct session *s);
 
 /* A follow-up request whose reply the proxy swallows (count replies). */
 void send_internal(struct session *s, const char *p, size_t len, int count);
+
+/* session.c, for session_login.c: the queue, the batch towards Redis, the client */
+
+struct pending *q_push(struct session *s);
+/* n more replies are owed on the connection s's requests go to. */
+void owe(struct session *s, int n);
+/* Bytes for Redis: copied, or a span valid until the flush. */
+void tob_add(struct session *s, const char *p, size_t n, int copy);
+/* Our own reply, sent when it reaches the head of the queue. */
+void queue_local(struct session *s, const char *text, size_t len, int is_static);
+/* CLIENT REPLY and MULTI decide whether the client gets a reply. */
+void plan_replies(struct session *s, const struct request *req, struct req_plan *pl);
+void open_own_connection(struct session *s);
+void client_read_stop(struct session *s);
+/* The client's address, for log lines. */
+const char *client_name(struct session *s);
+/* Free a string that holds a password (cleansed first); NULL is fine. */
+void free_secret(char *p);
+
+/* session_login.c, for session.c: ttlguard logs its clients in (ttlg_auth) */
+
+/* AUTH and HELLO ... AUTH are answered here and nothing else passes before
+ * them. Returns 1 when req was handled (*h: how), 0 when it goes on as *fwd
+ * (req, or HELLO without its AUTH). */
+int client_login(struct session *s, const struct request *req, struct req_plan *pl,
+                 struct request *fwd, enum handled *h);
+/* Log s's own connection in to Redis again as its backend login. */
+void relogin(struct session *s);
 
 /* mirror.c, for session.c: the protocol state mirrored from requests */
 
