@@ -30,7 +30,9 @@
  * Pairing replies with requests needs to know how many replies a request
  * gets: CLIENT REPLY OFF/SKIP suppress them, RESP2 pub/sub confirmations come
  * one per channel, RESP3 pushes and MONITOR lines and pub/sub messages belong
- * to no request. The session mirrors that protocol state from what passes.
+ * to no request. The session mirrors that protocol state from what passes
+ * (mirror.c). When ttlguard logs its clients in itself, session_login.c
+ * does the session's part.
  * After SYNC/PSYNC the connection carries a replication stream: from that
  * reply on, backend bytes are relayed unframed.
  *
