@@ -217,10 +217,11 @@ void maybe_finish(struct session *s);
 /* The reply to SYNC/PSYNC is next: the connection becomes a replication stream. */
 void enter_replica(struct session *s);
 
+/* session.c, for mirror.c and session_login.c: the queue, the batch towards
+ * Redis, the client */
+
 /* A follow-up request whose reply the proxy swallows (count replies). */
 void send_internal(struct session *s, const char *p, size_t len, int count);
-
-/* session.c, for session_login.c: the queue, the batch towards Redis, the client */
 
 struct pending *q_push(struct session *s);
 /* n more replies are owed on the connection s's requests go to. */
