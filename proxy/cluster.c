@@ -8,10 +8,10 @@
 #include "backend.h"
 #include "cluster.h"
 #include "commands.h"
-#include "resp_value.h"
 #include "config.h"
 #include "listener.h"
 #include "loop.h"
+#include "resp_value.h"
 #include "util.h"
 
 #define REFRESH_MS      5000    /* the topology is read again this often */

@@ -11,8 +11,8 @@
 #include "events.h"
 #include "identify.h"
 #include "login.h"
-#include "policy.h"
 #include "loop.h"
+#include "policy.h"
 #include "util.h"
 
 #define RETRY_MS    1000

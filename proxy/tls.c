@@ -13,8 +13,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "tls.h"
 #include "stream.h"
+#include "tls.h"
 #include "util.h"
 
 #define CIPHER_CHUNK    (64 * 1024)     /* one socket read of ciphertext */

@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "backend.h"
-#include "events.h"
-#include "rules.h"
 #include "config.h"
+#include "events.h"
 #include "loop.h"
+#include "rules.h"
 #include "util.h"
 #include "watch.h"
 
