@@ -1,11 +1,11 @@
 /*
- * server: listener, signals and cron around the sessions (see server.h).
+ * server: the loop-wide state, signals, reload and cron around the sessions
+ * (see server.h).
  */
 #include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/resource.h>
 #include <netdb.h>
 
