@@ -195,20 +195,18 @@ static struct cmd_words words_of(int id, const char *text)
 
 Test(words, client_subcommands_and_their_word)
 {
-    struct cmd_words w = words_of(CID_CLIENT, "client REPLY off");
-    cr_assert_eq(w.sub, CSUB_REPLY);
-    cr_assert_eq(w.arg, CARG_OFF);
-    w = words_of(CID_CLIENT, "CLIENT setinfo LIB-VER 1.0");
-    cr_assert_eq(w.sub, CSUB_SETINFO);
-    cr_assert_eq(w.arg, CARG_LIB_VER);
-    w = words_of(CID_CLIENT, "client No-Evict on");
-    cr_assert_eq(w.sub, CSUB_NO_EVICT);
-    cr_assert_eq(w.arg, CARG_ON);
-    w = words_of(CID_CLIENT, "client list");
-    cr_assert_eq(w.sub, CSUB_OTHER);
-    cr_assert_eq(w.arg, CARG_OTHER);
-    w = words_of(CID_OTHER, "get reply");
-    cr_assert_eq(w.sub, CSUB_OTHER);
+    static const struct { int id; const char *text; int sub, arg; } cases[] = {
+        { CID_CLIENT, "client REPLY off", CSUB_REPLY, CARG_OFF },
+        { CID_CLIENT, "CLIENT setinfo LIB-VER 1.0", CSUB_SETINFO, CARG_LIB_VER },
+        { CID_CLIENT, "client No-Evict on", CSUB_NO_EVICT, CARG_ON },
+        { CID_CLIENT, "client list", CSUB_OTHER, CARG_OTHER },
+        { CID_OTHER, "get reply", CSUB_OTHER, CARG_OTHER },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cmd_words w = words_of(cases[i].id, cases[i].text);
+        cr_assert_eq(w.sub, cases[i].sub, "%s", cases[i].text);
+        cr_assert_eq(w.arg, cases[i].arg, "%s", cases[i].text);
+    }
 }
 
 Test(words, hello_auth)
