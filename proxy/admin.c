@@ -34,8 +34,10 @@
 #include "backend.h"
 #include "cluster.h"
 #include "commands.h"
+#include "control.h"
 #include "events.h"
-#include "server.h"
+#include "loop.h"
+#include "session.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -97,7 +99,8 @@ struct answer {
 };
 
 static struct {
-    struct server *srv;
+    struct loop_ctx *ctx;
+    const struct clients *clients;
     uv_tcp_t *listener;         /* NULL when off; freed in its close callback */
     char *addr;                 /* the address it listens on */
     struct admin_conn *conns;
@@ -333,14 +336,14 @@ static void render_cluster(struct evbuf *b)
 /* Connections, requests, bytes and what became of them. */
 static void render_counters(struct evbuf *b)
 {
-    const struct server *srv = adm.srv;
-    const struct stats *st = &srv->stats;
+    const struct stats *st = &adm.ctx->stats;
+    int nclients = adm.clients->nclients;
     const struct stats_hist *lat = stats_proxy.latency;
 
     m_family(b, "ttlguard_build_info", "gauge", "ttlguard version.");
     evbuf_printf(b, "ttlguard_build_info{version=\"%s\"} 1\n", TTLG_VERSION);
     m_single(b, "ttlguard_client_connections", "gauge", "Client connections open now.",
-             (uint64_t)(srv->nclients > 0 ? srv->nclients : 0));
+             (uint64_t)(nclients > 0 ? nclients : 0));
     m_single(b, "ttlguard_backend_connections", "gauge", "Backend connections open now.",
              (uint64_t)(stats_proxy.backend_connections > 0 ? stats_proxy.backend_connections : 0));
     m_single(b, "ttlguard_clients_accepted_total", "counter", "Client connections accepted.",
@@ -385,7 +388,7 @@ static void render_counters(struct evbuf *b)
 static void render_durable_family(struct evbuf *b, struct evbuf *lab, const char *name,
                                   const char *help, uint64_t (*count)(size_t))
 {
-    const struct ruleset *rs = &adm.srv->cfg->rules;
+    const struct ruleset *rs = &adm.ctx->cfg->rules;
     m_family(b, name, "counter", help);
     for (size_t i = 0; i < rs->n; i++) {
         if (rs->v[i].kind != RULE_DURABLE)
@@ -400,7 +403,7 @@ static void render_durable_family(struct evbuf *b, struct evbuf *lab, const char
  * durable keys; then the event log's own counters and the reloads. */
 static void render_rule_counters(struct evbuf *b, struct evbuf *lab)
 {
-    const struct ruleset *rs = &adm.srv->cfg->rules;
+    const struct ruleset *rs = &adm.ctx->cfg->rules;
     const struct events_counters *ec = events_counters();
 
     /* Every possible (effect, action) of every rule that can have violations,
@@ -447,31 +450,31 @@ static void render_rule_counters(struct evbuf *b, struct evbuf *lab)
 /* What the proxy knows of its backend: eviction policy, server, commands. */
 static void render_backend(struct evbuf *b, struct evbuf *lab)
 {
-    const struct server *srv = adm.srv;
+    const struct backend_facts *bf = control_facts();
 
-    if (srv->backend_policy_known) {
+    if (bf->policy_known) {
         m_family(b, "ttlguard_backend_maxmemory_policy_info", "gauge",
                  "The backend's maxmemory-policy when last read.");
         lab->len = 0;
         evbuf_adds(lab, "policy=\"");
-        label_value(lab, srv->backend_policy);
+        label_value(lab, bf->policy);
         evbuf_add(lab, "\"", 2);       /* with the NUL */
         m_sample(b, "ttlguard_backend_maxmemory_policy_info", lab->p, 1);
     }
-    if (srv->commands_ready) {
-        const struct server_id *id = command_set_server(srv->commands);
+    if (bf->commands_ready) {
+        const struct server_id *id = command_set_server(bf->commands);
         char name[48];
         int table, derived, unjudged;
 
         server_id_format(id, name, sizeof name);
         *strchr(name, ' ') = '\0';
-        command_set_counts(srv->commands, &table, &derived, &unjudged);
+        command_set_counts(bf->commands, &table, &derived, &unjudged);
         m_family(b, "ttlguard_backend_server_info", "gauge",
                  "The backend's server and version, whose command table judges commands "
                  "(source=assumed: they could not be read).");
         lab->len = 0;
         evbuf_printf(lab, "server=\"%s\",version=\"%s\",source=\"%s\"", name,
-                     name + strlen(name) + 1, srv->backend_known ? "backend" : "assumed");
+                     name + strlen(name) + 1, bf->backend_known ? "backend" : "assumed");
         evbuf_add(lab, "", 1);
         m_sample(b, "ttlguard_backend_server_info", lab->p, 1);
         m_family(b, "ttlguard_backend_commands", "gauge",
@@ -490,11 +493,11 @@ static void render_metrics(struct evbuf *b)
     struct evbuf lab = { 0 };
 
     render_counters(b);
-    if (adm.srv->cfg->watch)
+    if (adm.ctx->cfg->watch)
         render_watch(b);
     render_rule_counters(b, &lab);
     render_backend(b, &lab);
-    if (adm.srv->cfg->cluster)
+    if (adm.ctx->cfg->cluster)
         render_cluster(b);
     m_family(b, "ttlguard_request_duration_seconds", "histogram",
              "From a request read to its reply complete, for forwarded commands: "
@@ -508,7 +511,7 @@ static void render_metrics(struct evbuf *b)
 
 static void render_rules(struct evbuf *b)
 {
-    const struct config *cfg = adm.srv->cfg;
+    const struct config *cfg = adm.ctx->cfg;
     const struct ruleset *rs = &cfg->rules;
     evbuf_adds(b, "{\"config\":");
     if (cfg->path)
@@ -543,7 +546,7 @@ static void health_answer(struct admin_conn *c, int head, int keep_alive)
         answer_text(c, 200, text, head, keep_alive, NULL);
         return;
     }
-    snprintf(first, sizeof first, "backend %s: %s\n", adm.srv->backend.name, adm.health_reason);
+    snprintf(first, sizeof first, "backend %s: %s\n", adm.ctx->backend->name, adm.health_reason);
     health_text(text, sizeof text, first);
     answer_text(c, 503, text, head, keep_alive, NULL);
 }
@@ -559,7 +562,7 @@ static void health_done(struct hcheck *hc, int ok, const char *reason)
     bconn_close(&hc->be);
 
     adm.health_known = 1;
-    adm.health_at = uv_now(adm.srv->loop);
+    adm.health_at = uv_now(adm.ctx->loop);
     adm.health_ok = ok;
     snprintf(adm.health_reason, sizeof adm.health_reason, "%s", reason);
 
@@ -638,7 +641,7 @@ static const struct bconn_ops check_ops = {
 static void health_start(void)
 {
     struct hcheck *hc = xcalloc(1, sizeof *hc);
-    bconn_init(&hc->be, adm.srv, &check_ops, hc);
+    bconn_init(&hc->be, adm.ctx, &check_ops, hc);
     hc->be.counts = 0;          /* not a client's connection */
     adm.check = hc;
     uv_timer_start(&adm.check_timer, on_check_timeout, HEALTH_TIMEOUT_MS, 0);
@@ -648,7 +651,7 @@ static void health_start(void)
 /* Answer now from a fresh result, or wait for a check (one for all). */
 static int health_request(struct admin_conn *c, int head, int keep_alive)
 {
-    uint64_t now = uv_now(adm.srv->loop);
+    uint64_t now = uv_now(adm.ctx->loop);
     if (adm.health_known && now - adm.health_at < HEALTH_CACHE_MS) {
         health_answer(c, head, keep_alive);
         return 0;
@@ -739,7 +742,7 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 /* With admin_token set: does the request carry "Authorization: Bearer TOKEN"? */
 static int authorized(const struct admin_conn *c)
 {
-    const struct secret *token = &adm.srv->cfg->admin_token;
+    const struct secret *token = &adm.ctx->cfg->admin_token;
     if (!token->set)
         return 1;
     if (c->authlen < 7 || strncasecmp(c->auth, "bearer ", 7) != 0)
@@ -863,7 +866,7 @@ static void on_conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    c->last_active = uv_now(adm.srv->loop);
+    c->last_active = uv_now(adm.ctx->loop);
     conn_feed(c, buf->base, (size_t)nread);
 }
 
@@ -892,7 +895,7 @@ static void on_admin_connection(uv_stream_t *listener, int status)
     if (status < 0)
         return;
     struct admin_conn *c = xcalloc(1, sizeof *c);
-    uv_tcp_init(adm.srv->loop, &c->tcp);
+    uv_tcp_init(adm.ctx->loop, &c->tcp);
     c->tcp.data = c;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 || adm.nconns >= ADMIN_MAX_CONNS) {
         /* Over the limit: a scraper retries; a flood gets nothing. */
@@ -901,7 +904,7 @@ static void on_admin_connection(uv_stream_t *listener, int status)
     }
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
-    c->last_active = uv_now(adm.srv->loop);
+    c->last_active = uv_now(adm.ctx->loop);
     c->next = adm.conns;
     if (adm.conns)
         adm.conns->prev = c;
@@ -912,7 +915,7 @@ static void on_admin_connection(uv_stream_t *listener, int status)
 
 static void on_cron(uv_timer_t *t)
 {
-    uint64_t now = uv_now(adm.srv->loop);
+    uint64_t now = uv_now(adm.ctx->loop);
     struct admin_conn *c = adm.conns, *next;
     for (; c != NULL; c = next) {
         next = c->next;
@@ -943,7 +946,7 @@ static int listen_on(const char *text, uv_tcp_t **out, char *err, size_t errlen)
         return -1;
     }
     uv_tcp_t *l = xmalloc(sizeof *l);
-    uv_tcp_init(adm.srv->loop, l);
+    uv_tcp_init(adm.ctx->loop, l);
     int r = uv_tcp_bind(l, (struct sockaddr *)&ss, 0);
     if (r == 0)
         r = uv_listen((uv_stream_t *)l, 64, on_admin_connection);
@@ -961,10 +964,10 @@ static void timers_init(void)
 {
     if (adm.cron_on)
         return;
-    uv_timer_init(adm.srv->loop, &adm.cron);
+    uv_timer_init(adm.ctx->loop, &adm.cron);
     uv_timer_start(&adm.cron, on_cron, ADMIN_CRON_MS, ADMIN_CRON_MS);
     uv_unref((uv_handle_t *)&adm.cron);
-    uv_timer_init(adm.srv->loop, &adm.check_timer);
+    uv_timer_init(adm.ctx->loop, &adm.check_timer);
     uv_unref((uv_handle_t *)&adm.check_timer);
     adm.cron_on = 1;
 }
@@ -979,9 +982,10 @@ static void stop_listening(void)
     adm.addr = NULL;
 }
 
-int admin_start(struct server *srv, char *err, size_t errlen)
+int admin_start(struct loop_ctx *ctx, const struct clients *clients, char *err, size_t errlen)
 {
-    adm.srv = srv;
+    adm.ctx = ctx;
+    adm.clients = clients;
     settings.on_message_begin = on_message_begin;
     settings.on_url = on_url;
     settings.on_header_field = on_header_field;
@@ -989,23 +993,23 @@ int admin_start(struct server *srv, char *err, size_t errlen)
     settings.on_body = on_data;
     settings.on_message_complete = on_message_complete;
 
-    if (srv->cfg->admin == NULL)
+    if (ctx->cfg->admin == NULL)
         return 0;
-    if (listen_on(srv->cfg->admin, &adm.listener, err, errlen) != 0)
+    if (listen_on(ctx->cfg->admin, &adm.listener, err, errlen) != 0)
         return -1;
     timers_init();
-    adm.addr = xstrdup(srv->cfg->admin);
+    adm.addr = xstrdup(ctx->cfg->admin);
     log_info("admin endpoint on http://%s/ (/metrics, /healthz, /rules)", adm.addr);
     return 0;
 }
 
-void admin_reconfigure(struct server *srv)
+void admin_reconfigure(struct loop_ctx *ctx)
 {
-    const char *want = srv->cfg->admin;
+    const char *want = ctx->cfg->admin;
     char err[400];
     uv_tcp_t *l;
 
-    adm.srv = srv;
+    adm.ctx = ctx;
     if ((want == NULL && adm.addr == NULL) ||
         (want != NULL && adm.addr != NULL && strcmp(want, adm.addr) == 0))
         return;

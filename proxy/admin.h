@@ -14,18 +14,20 @@
 
 #include <stddef.h>
 
-struct server;
+struct clients;
+struct loop_ctx;
 
-/* Listen on srv->cfg->admin (nothing when it is NULL). Returns -1 with the
- * reason when the address cannot be bound: at start that is fatal. srv must
- * outlive the endpoint; its config, counters and backend address are read
- * on every request. */
-int admin_start(struct server *srv, char *err, size_t errlen);
+/* Listen on ctx->cfg->admin (nothing when it is NULL). Returns -1 with the
+ * reason when the address cannot be bound: at start that is fatal. ctx and
+ * clients must outlive the endpoint; the config, counters, backend address
+ * and client count are read on every request, and what the control
+ * connection learned (control.h). */
+int admin_start(struct loop_ctx *ctx, const struct clients *clients, char *err, size_t errlen);
 
 /* After a reload: listen on the new address when it changed (or stop when
  * it is now empty). A new address that cannot be bound keeps the old one,
  * with a warning. */
-void admin_reconfigure(struct server *srv);
+void admin_reconfigure(struct loop_ctx *ctx);
 
 /* Shutdown: close the listener, the connections and a health check in
  * flight. Call it from inside the loop. */

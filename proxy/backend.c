@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "backend.h"
-#include "server.h"
+#include "config.h"
+#include "loop.h"
 #include "stats.h"
 #include "util.h"
 
@@ -46,15 +47,15 @@ static void resolve_later(struct target *t)
     snprintf(port, sizeof port, "%d", t->addr.port);
     t->last_resolve = now;
     t->gai.data = t;
-    if (uv_getaddrinfo(t->srv->loop, &t->gai, on_resolved, t->addr.host, port, &hints) == 0)
+    if (uv_getaddrinfo(t->ctx->loop, &t->gai, on_resolved, t->addr.host, port, &hints) == 0)
         t->resolving = 1;
 }
 
-void target_set(struct target *t, struct server *srv, const struct addr *a, int blocking)
+void target_set(struct target *t, struct loop_ctx *ctx, const struct addr *a, int blocking)
 {
     char err[300];
     target_cancel(t);
-    t->srv = srv;
+    t->ctx = ctx;
     t->addr = *a;
     addr_format(a, t->name, sizeof t->name);
     t->sa_ok = 0;
@@ -91,11 +92,11 @@ static void bconn_set_state(struct bconn *b, enum bconn_state st)
     b->state = st;
 }
 
-void bconn_init(struct bconn *b, struct server *srv, const struct bconn_ops *ops, void *owner)
+void bconn_init(struct bconn *b, struct loop_ctx *ctx, const struct bconn_ops *ops, void *owner)
 {
     memset(b, 0, sizeof *b);
-    b->srv = srv;
-    b->t = &srv->backend;
+    b->ctx = ctx;
+    b->t = ctx->backend;
     b->ops = ops;
     b->owner = owner;
     b->counts = 1;
@@ -141,7 +142,7 @@ static void bconn_fail(struct bconn *b, const char *why, int reason_set)
         return;
     int was_ready = b->state == BC_READY && (b->x.tls == NULL || b->answered);
     if (!was_ready) {
-        b->srv->stats.backend_connect_errors++;
+        b->ctx->stats.backend_connect_errors++;
         target_failed(t);
         if (!reason_set) {
             /* Bounded pieces: the line fits down_reason whole; the log
@@ -220,8 +221,8 @@ static void handshake_reply(struct bconn *b, const char *p, size_t n, int done, 
 static void bconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct bconn *b = h->data;
-    buf->base = b->srv->rbuf;
-    buf->len = b->srv->rbuf_size;
+    buf->base = b->ctx->rbuf;
+    buf->len = b->ctx->rbuf_size;
 }
 
 static void bconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -235,7 +236,7 @@ static void bconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     loop_clock_update();
-    b->srv->stats.bytes_from_backends += (uint64_t)nread;
+    b->ctx->stats.bytes_from_backends += (uint64_t)nread;
     b->answered = 1;
     const char *p = buf->base;
     size_t left = (size_t)nread;
@@ -297,7 +298,7 @@ char *auth_request(const char *user, const char *pass, size_t *len)
 static void send_auth(struct bconn *b)
 {
     size_t n;
-    const struct config *cfg = b->srv->cfg;
+    const struct config *cfg = b->ctx->cfg;
     char *req = b->pass != NULL ? auth_request(b->user, b->pass, &n)
                                 : auth_request(cfg->backend_username, cfg->backend_password, &n);
     bconn_write_bytes(b, req, n);
@@ -309,7 +310,7 @@ static void send_auth(struct bconn *b)
  * or ready. */
 static void bconn_connected(struct bconn *b)
 {
-    b->srv->stats.backend_connects++;
+    b->ctx->stats.backend_connects++;
     if (b->counts) {
         b->counted = 1;
         stats_proxy.backend_connections++;
@@ -343,14 +344,14 @@ static void on_bconn_tls(struct xport *x, const char *why)
  * or the host of the backend address. */
 static const char *tls_name(const struct bconn *b)
 {
-    const char *name = b->srv->cfg->backend_tls_server_name;
+    const char *name = b->ctx->cfg->backend_tls_server_name;
     return name != NULL ? name : b->t->addr.host;
 }
 
 static void on_bconn_connect(uv_connect_t *req, int status)
 {
     struct bconn *b = req->data;
-    struct server *srv = b->srv;
+    struct loop_ctx *ctx = b->ctx;
     if (b->state != BC_CONNECTING)
         return;             /* closed meanwhile (connect timeout) */
     if (status < 0) {
@@ -359,35 +360,35 @@ static void on_bconn_connect(uv_connect_t *req, int status)
     }
     if (b->x.h.handle.type == UV_TCP)
         uv_tcp_nodelay(&b->x.h.tcp, 1);
-    if (srv->cfg->backend_tls_ctx == NULL) {
+    if (ctx->cfg->backend_tls_ctx == NULL) {
         bconn_connected(b);
         return;
     }
     bconn_set_state(b, BC_TLS);
-    int r = tls_start(&b->x, srv->cfg->backend_tls_ctx, tls_name(b), on_bconn_tls);
+    int r = tls_start(&b->x, ctx->cfg->backend_tls_ctx, tls_name(b), on_bconn_tls);
     if (r < 0)
         bconn_fail(b, uv_strerror(r), 0);
 }
 
 void bconn_connect(struct bconn *b, int with_auth)
 {
-    struct server *srv = b->srv;
+    struct loop_ctx *ctx = b->ctx;
     struct target *t = b->t;
     ASSERT(b->state == BC_IDLE);
-    b->auth = with_auth && (b->pass != NULL || srv->cfg->backend_password != NULL);
+    b->auth = with_auth && (b->pass != NULL || ctx->cfg->backend_password != NULL);
     b->raw = 0;
     b->answered = 0;
     b->started = now_ms_monotonic();
     reply_scanner_init(&b->rs);
     bconn_set_state(b, BC_CONNECTING);
     if (t->addr.is_unix) {
-        uv_pipe_init(srv->loop, &b->x.h.pipe, 0);
+        uv_pipe_init(ctx->loop, &b->x.h.pipe, 0);
         b->x.h.handle.data = b;
         b->creq.data = b;
         uv_pipe_connect(&b->creq, &b->x.h.pipe, t->addr.host, on_bconn_connect);
         return;
     }
-    uv_tcp_init(srv->loop, &b->x.h.tcp);
+    uv_tcp_init(ctx->loop, &b->x.h.tcp);
     b->x.h.handle.data = b;
     b->creq.data = b;
     if (!t->sa_ok) {
@@ -416,7 +417,7 @@ void bconn_shutdown(struct bconn *b)
 
 void bconn_cron(struct bconn *b, uint64_t now)
 {
-    unsigned timeout = b->srv->cfg->connect_timeout;
+    unsigned timeout = b->ctx->cfg->connect_timeout;
     if (b->state >= BC_CONNECTING && b->state <= BC_HANDSHAKE && now - b->started >= timeout) {
         char why[120];
         snprintf(why, sizeof why, b->state == BC_TLS ? "TLS: handshake timed out after %u ms "

@@ -39,7 +39,7 @@
 #include "util.h"
 #include "wbatch.h"
 
-struct server;
+struct loop_ctx;
 struct bconn;
 
 /* Where backend connections go: [proxy] backend, or one node of a cluster
@@ -47,7 +47,7 @@ struct bconn;
  * is resolved again in the background (at most once a second), in case the
  * backend moved (containers do). */
 struct target {
-    struct server *srv;
+    struct loop_ctx *ctx;
     struct addr addr;
     char name[300];                  /* printable, for messages */
     char down_reason[512];           /* the error line sessions without this backend get */
@@ -62,7 +62,7 @@ struct target {
 
 /* Point t at a. blocking: resolve a host name now (start, reload); else in
  * the background (a connect before it is done fails and tries again). */
-void target_set(struct target *t, struct server *srv, const struct addr *a, int blocking);
+void target_set(struct target *t, struct loop_ctx *ctx, const struct addr *a, int blocking);
 void target_cancel(struct target *t);
 
 enum bconn_state {
@@ -87,8 +87,8 @@ struct bconn {
     struct xport x;                 /* the socket, plain or TLS; x.h.handle.data is the bconn */
     uv_connect_t creq;
     uv_shutdown_t sreq;
-    struct server *srv;
-    struct target *t;               /* where it connects: srv->backend unless set otherwise */
+    struct loop_ctx *ctx;
+    struct target *t;               /* where it connects: ctx->backend unless set otherwise */
     const struct bconn_ops *ops;
     void *owner;
     unsigned char state;            /* enum bconn_state */
@@ -105,7 +105,7 @@ struct bconn {
     struct reply_scanner rs;
 };
 
-void bconn_init(struct bconn *b, struct server *srv, const struct bconn_ops *ops, void *owner);
+void bconn_init(struct bconn *b, struct loop_ctx *ctx, const struct bconn_ops *ops, void *owner);
 
 /* Open the connection (state must be BC_IDLE). with_auth: send the proxy's
  * AUTH first when there is a password (b->pass, else backend_password). A

@@ -8,8 +8,10 @@
 #include "backend.h"
 #include "cluster.h"
 #include "commands.h"
+#include "config.h"
+#include "listener.h"
+#include "loop.h"
 #include "resp_value.h"
-#include "server.h"
 #include "util.h"
 
 #define REFRESH_MS      5000    /* the topology is read again this often */
@@ -31,7 +33,9 @@ struct cnode {
 };
 
 static struct {
-    struct server *srv;
+    struct loop_ctx *ctx;
+    struct listener *entry;     /* the entry port (listen): its sessions' target follows */
+    listener_cb accept;         /* what the node listeners hand their clients to */
     struct cnode *nodes;
     int next_port;              /* the next port of cluster_ports to try */
     struct bconn be;            /* reads the topology from a seed */
@@ -45,8 +49,8 @@ static struct {
 
 static const char *announce_host(void)
 {
-    const struct config *cfg = cl.srv->cfg;
-    return cfg->cluster_announce != NULL ? cfg->cluster_announce : cl.srv->plain.addr.host;
+    const struct config *cfg = cl.ctx->cfg;
+    return cfg->cluster_announce != NULL ? cfg->cluster_announce : cl.entry->addr.host;
 }
 
 static void refresh_soon(void)
@@ -61,15 +65,15 @@ static void refresh_soon(void)
 /* Open the node's listener on the next free port of cluster_ports. */
 static void node_listen(struct cnode *c)
 {
-    const struct config *cfg = cl.srv->cfg;
+    const struct config *cfg = cl.ctx->cfg;
     char err[400];
-    c->l.srv = cl.srv;
+    c->l.on_accept = cl.accept;
     c->l.target = &c->t;
     snprintf(c->l.addr.host, sizeof c->l.addr.host, "%s",
-             cl.srv->plain.h != NULL ? cl.srv->plain.addr.host : "127.0.0.1");
+             cl.entry->h != NULL ? cl.entry->addr.host : "127.0.0.1");
     while (cl.next_port <= cfg->cluster_port_max) {
         c->l.addr.port = cl.next_port++;
-        if (server_listen(&c->l, err, sizeof err) == 0) {
+        if (listener_open(&c->l, cl.ctx->loop, err, sizeof err) == 0) {
             log_info("cluster: node %s on port %d", c->t.name, c->l.addr.port);
             return;
         }
@@ -121,7 +125,7 @@ static struct cnode *node_learn(const struct node_ref *r)
             return NULL;
         memcpy(a.host, r->host.p, r->host.len);
         c = xcalloc(1, sizeof *c);
-        target_set(&c->t, cl.srv, &a, 0);
+        target_set(&c->t, cl.ctx, &a, 0);
         c->next = cl.nodes;
         cl.nodes = c;
         node_listen(c);
@@ -574,11 +578,11 @@ enum topo_kind cluster_topology_kind(int id, int argc, const struct slice *argv)
 static void close_departed(void)
 {
     for (struct cnode *c = cl.nodes; c != NULL; c = c->next) {
-        if (c->missed < 2 || c->l.h == NULL || c->t.sessions > 0 || &c->t == cl.srv->plain.target)
+        if (c->missed < 2 || c->l.h == NULL || c->t.sessions > 0 || &c->t == cl.entry->target)
             continue;
         log_info("cluster: node %s left the cluster: its port %d is closed", c->t.name,
                  c->l.addr.port);
-        server_unlisten(&c->l);
+        listener_close(&c->l);
     }
 }
 
@@ -589,7 +593,7 @@ static void close_departed(void)
  * or it is down). Sessions already open stay where they are. */
 static void entry_follow(void)
 {
-    struct target *now = cl.srv->plain.target;
+    struct target *now = cl.entry->target;
     struct cnode *pick = NULL;
     for (struct cnode *c = cl.nodes; c != NULL; c = c->next) {
         if (&c->t == now && c->seen && c->healthy)
@@ -600,7 +604,7 @@ static void entry_follow(void)
     if (pick == NULL || &pick->t == now)
         return;
     log_info("cluster: the entry port now forwards to %s (was %s)", pick->t.name, now->name);
-    cl.srv->plain.target = &pick->t;
+    cl.entry->target = &pick->t;
 }
 
 /* ---- sessions waiting for a topology read --------------------------------------- */
@@ -754,7 +758,7 @@ static void topo_read_end(struct bconn *b)
 
 static void topo_failed(struct bconn *b, const char *why, int was_ready)
 {
-    const char *seeds = cl.srv->cfg->backend_seeds;
+    const char *seeds = cl.ctx->cfg->backend_seeds;
     log_warn("cluster: topology from %s: %s", b->t->name, why);
     cl.asked = 0;
     if (seeds != NULL) {
@@ -780,14 +784,14 @@ static const struct bconn_ops topo_ops = {
  * failures, and the nodes learned so far after that. */
 static struct target *topo_target(void)
 {
-    const char *seeds = cl.srv->cfg->backend_seeds;
+    const char *seeds = cl.ctx->cfg->backend_seeds;
     int count = 0;
     for (const char *p = seeds; p != NULL && *p != '\0'; count++) {
         p += strcspn(p, " \t");
         p += strspn(p, " \t");
     }
     if (count <= 1 || cl.seed % count == 0)
-        return &cl.srv->backend;
+        return cl.ctx->backend;
     static struct target seed;
     const char *p = seeds;
     for (int i = 0; i < cl.seed % count; i++) {
@@ -798,8 +802,8 @@ static struct target *topo_target(void)
     struct addr a;
     snprintf(text, sizeof text, "%.*s", (int)strcspn(p, " \t"), p);
     if (addr_parse(text, &a, err, sizeof err) != 0)
-        return &cl.srv->backend;
-    target_set(&seed, cl.srv, &a, 0);
+        return cl.ctx->backend;
+    target_set(&seed, cl.ctx, &a, 0);
     return &seed;
 }
 
@@ -815,31 +819,33 @@ static void topo_refresh(void)
     }
     if (cl.be.state != BC_IDLE)
         return;
-    bconn_init(&cl.be, cl.srv, &topo_ops, &cl);
+    bconn_init(&cl.be, cl.ctx, &topo_ops, &cl);
     cl.be.counts = 0;
     cl.be.t = topo_target();
     bconn_connect(&cl.be, 1);
 }
 
-void cluster_start(struct server *srv)
+void cluster_start(struct loop_ctx *ctx, struct listener *entry, listener_cb accept)
 {
-    struct addr *seed = &srv->backend.addr;
-    cl.srv = srv;
-    cl.next_port = srv->cfg->cluster_port_min;
+    struct addr *seed = &ctx->backend->addr;
+    cl.ctx = ctx;
+    cl.entry = entry;
+    cl.accept = accept;
+    cl.next_port = ctx->cfg->cluster_port_min;
     /* The entry port forwards to the first seed, as a node like the others
      * (its requests count there; it can move, see entry_follow()). */
     struct node_ref r = { .host = { seed->host, strlen(seed->host) }, .port = seed->port };
     struct cnode *c = node_learn(&r);
     if (c != NULL) {
         c->seen = c->healthy = c->primary = 1;
-        srv->plain.target = &c->t;
+        entry->target = &c->t;
     }
     topo_refresh();
 }
 
 void cluster_cron(uint64_t now)
 {
-    if (cl.srv == NULL)
+    if (cl.ctx == NULL)
         return;
     if (now >= cl.next_refresh)
         topo_refresh();
@@ -850,12 +856,12 @@ void cluster_cron(uint64_t now)
 
 void cluster_stop(void)
 {
-    if (cl.srv == NULL)
+    if (cl.ctx == NULL)
         return;
     cl.stopping = 1;
     bconn_close(&cl.be);
     for (struct cnode *c = cl.nodes; c != NULL; c = c->next) {
-        server_unlisten(&c->l);
+        listener_close(&c->l);
         target_cancel(&c->t);
     }
 }

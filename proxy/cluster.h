@@ -32,7 +32,8 @@
 
 #include "util.h"
 
-struct server;
+struct listener;
+struct loop_ctx;
 struct target;
 
 /* Which topology reply a request asks for. */
@@ -47,8 +48,11 @@ enum topo_kind {
     TOPO_EXEC,          /* EXEC of a MULTI that queued some of the above */
 };
 
-/* Start reading the topology (cfg->cluster is on). */
-void cluster_start(struct server *srv);
+/* Start reading the topology (cfg->cluster is on). entry: the entry port,
+ * whose sessions' target follows the seed's node; accept: what each node
+ * listener hands its connections to (as listener.h's on_accept). */
+void cluster_start(struct loop_ctx *ctx, struct listener *entry,
+                   void (*accept)(struct listener *l));
 void cluster_stop(void);
 
 /* EXEC's reply: element i is rewritten as the topology reply of kinds[i]

@@ -336,6 +336,58 @@ const struct cmd_info *command_resolve(const struct command_set *set, const char
 }
 
 /* ------------------------------------------------------------------------ */
+/* CLIENT's and HELLO's words                                               */
+
+struct word { const char *text; unsigned char id; };
+
+static const struct word client_subs[] = {
+    { "reply", CSUB_REPLY },        { "tracking", CSUB_TRACKING },  { "setname", CSUB_SETNAME },
+    { "pause", CSUB_PAUSE },        { "unpause", CSUB_UNPAUSE },    { "setinfo", CSUB_SETINFO },
+    { "no-evict", CSUB_NO_EVICT },
+};
+
+static const struct word client_args[] = {
+    { "on", CARG_ON },  { "off", CARG_OFF },    { "skip", CARG_SKIP },
+    { "lib-name", CARG_LIB_NAME },  { "lib-ver", CARG_LIB_VER },
+};
+
+static unsigned char word_id(const struct word *w, size_t n, struct slice s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (slice_eq_nocase(s, w[i].text))
+            return w[i].id;
+    return 0;
+}
+
+static unsigned char hello_words(int argc, const struct slice *argv)
+{
+    unsigned char f = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *nul = memchr(argv[i].p, '\0', argv[i].len);
+        struct slice upto_nul = { argv[i].p, nul ? (size_t)(nul - argv[i].p) : argv[i].len };
+        if (slice_eq_nocase(upto_nul, "auth"))
+            f |= HELLO_AUTH_ANY;
+        if (i + 2 < argc && slice_eq_nocase(argv[i], "auth"))
+            f |= HELLO_AUTH_ARGS;
+    }
+    return f;
+}
+
+struct cmd_words command_words(int id, int argc, const struct slice *argv)
+{
+    struct cmd_words w = { 0 };
+    if (id == CID_HELLO)
+        w.hello = hello_words(argc, argv);
+    if (id != CID_CLIENT)
+        return w;
+    if (argc >= 2)
+        w.sub = word_id(client_subs, sizeof client_subs / sizeof *client_subs, argv[1]);
+    if (argc >= 3)
+        w.arg = word_id(client_args, sizeof client_args / sizeof *client_args, argv[2]);
+    return w;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Rows derived from the server's key specs                                 */
 
 static char *own(struct command_set *set, const char *text, size_t len)

@@ -195,6 +195,30 @@ void command_set_counts(const struct command_set *set, int *table, int *derived,
 const struct cmd_info *command_resolve(const struct command_set *set, const char *name,
                                        size_t len);
 
+/* The words of a CLIENT or HELLO request the proxy acts on, given ids when
+ * the request is resolved (command_words()): nothing compares them as text
+ * afterwards. CLIENT: its subcommand, and the word after it. */
+enum client_sub {
+    CSUB_OTHER = 0, CSUB_REPLY, CSUB_TRACKING, CSUB_SETNAME, CSUB_PAUSE, CSUB_UNPAUSE,
+    CSUB_SETINFO, CSUB_NO_EVICT,
+};
+enum client_arg { CARG_OTHER = 0, CARG_ON, CARG_OFF, CARG_SKIP, CARG_LIB_NAME, CARG_LIB_VER };
+/* HELLO: an argument from argv[2] on is AUTH as the server's strcasecmp
+ * reads it (up to a NUL): the request carries a login (login.h)... */
+#define HELLO_AUTH_ANY      (1u << 0)
+/* ...and one is the word AUTH with two more arguments after it (a user and
+ * a password): the session counts itself logged in until the reply says */
+#define HELLO_AUTH_ARGS     (1u << 1)
+
+struct cmd_words {
+    unsigned char sub;          /* enum client_sub: CLIENT's argv[1] */
+    unsigned char arg;          /* enum client_arg: CLIENT's argv[2] */
+    unsigned char hello;        /* HELLO_AUTH_*: HELLO's options */
+};
+
+/* The words of argv (id: its enum cmd_id); all 0 for other commands. */
+struct cmd_words command_words(int id, int argc, const struct slice *argv);
+
 const char *command_name(const struct command *c);     /* lowercase, e.g. "set" */
 unsigned command_flags(const struct command *c);
 

@@ -11,8 +11,8 @@
 #include "events.h"
 #include "identify.h"
 #include "login.h"
+#include "loop.h"
 #include "policy.h"
-#include "server.h"
 #include "util.h"
 
 #define RETRY_MS    1000
@@ -25,7 +25,9 @@ enum probe { PR_PING, PR_AUTH, PR_NAME, PR_DATABASES, PR_POLICY, PR_ACL, PR_INFO
              PR_CMDINFO, PR_COMMAND };
 
 static struct control {
-    struct server *srv;
+    struct loop_ctx *ctx;
+    void (*commands_ready)(void);
+    struct backend_facts facts;
     struct bconn be;
     unsigned char owed[OWED_MAX];   /* the replies owed, in order (enum probe) */
     int head, n;
@@ -54,7 +56,7 @@ static void send_probe(enum probe what)
                                CONTROL_NAME "\r\n";
     if (ctl.be.state != BC_READY || ctl.n == OWED_MAX)
         return;
-    const struct config *cfg = ctl.srv->cfg;
+    const struct config *cfg = ctl.ctx->cfg;
     char *auth = NULL;
     const char *p;
     size_t n;
@@ -80,7 +82,7 @@ static void send_probe(enum probe what)
 
 static void flush_wants(void)
 {
-    if (ctl.want_policy && !policy_inactive(ctl.srv->cfg))
+    if (ctl.want_policy && !policy_inactive(ctl.ctx->cfg))
         send_probe(PR_POLICY);
     if (ctl.want_auth)
         send_probe(PR_ACL);
@@ -112,13 +114,13 @@ static void databases_seen(char type)
 {
     char v[16];
     config_value("databases", v, sizeof v);
-    ctl.srv->databases = type == '*' ? atoi(v) : 0;
+    ctl.facts.databases = type == '*' ? atoi(v) : 0;
 }
 
 /* The reply to CONFIG GET maxmemory-policy, reported when it changed. */
 static void policy_seen(char type)
 {
-    struct server *srv = ctl.srv;
+    struct backend_facts *bf = &ctl.facts;
     char policy[32] = "";
     const char *why = NULL;
 
@@ -126,34 +128,43 @@ static void policy_seen(char type)
         config_value("maxmemory-policy", policy, sizeof policy);
     if (policy[0] == '\0')
         why = type == '-' ? "CONFIG GET refused by the backend" : "unexpected reply to CONFIG GET";
-    if (strcmp(policy, srv->backend_policy) == 0 && (why == NULL) == srv->backend_policy_known)
+    if (strcmp(policy, bf->policy) == 0 && (why == NULL) == bf->policy_known)
         return;
-    snprintf(srv->backend_policy, sizeof srv->backend_policy, "%s", policy);
-    srv->backend_policy_known = why == NULL;
-    events_backend_policy(srv->cfg, why ? NULL : policy, why);
+    snprintf(bf->policy, sizeof bf->policy, "%s", policy);
+    bf->policy_known = why == NULL;
+    events_backend_policy(ctl.ctx->cfg, why ? NULL : policy, why);
 }
 
 /* ACL GETUSER default: a password set since the last look means clients
  * must authenticate (an error, e.g. no permission for ACL, teaches nothing). */
 static void acl_seen(char type)
 {
-    struct server *srv = ctl.srv;
     if (type != '*')
         return;
     int open = memmem(ctl.buf, ctl.len, "$6\r\nnopass\r\n", 12) != NULL &&
                memmem(ctl.buf, ctl.len, "$2\r\non\r\n", 8) != NULL;
-    if (!open && !srv->clients_must_auth)
+    if (!open && !ctl.facts.clients_must_auth)
         log_warn("the default user of %s now needs a password: clients must authenticate "
-                 "and nothing is shared", srv->backend.name);
-    srv->clients_must_auth = !open;
+                 "and nothing is shared", ctl.ctx->backend->name);
+    ctl.facts.clients_must_auth = !open;
 }
 
 /* ------------------------------------------------------------------------ */
 /* The backend's commands: INFO server, COMMAND LIST, COMMAND INFO            */
 
+/* The backend's command set (the old one is freed: nothing keeps a row past
+ * the request that looked it up); sessions that waited for it are served. */
+static void commands_set(struct command_set *set, int from_backend)
+{
+    command_set_free(ctl.facts.commands);
+    ctl.facts.commands = set;
+    ctl.facts.backend_known = from_backend;
+    ctl.facts.commands_ready = 1;
+    ctl.commands_ready();
+}
+
 static void commands_done(void)
 {
-    struct server *srv = ctl.srv;
     struct command_set *set = ctl.pending;
     int from_backend = set != NULL;
 
@@ -161,12 +172,12 @@ static void commands_done(void)
     ctl.info_owed = 0;
     if (set == NULL) {
         /* Keep what an earlier connection read; assume Redis 7.0 otherwise. */
-        if (srv->commands_ready)
+        if (ctl.facts.commands_ready)
             return;
         set = command_set_new(&server_id_default);
     }
-    server_set_commands(srv, set, from_backend);
-    events_backend_server(srv->cfg, set, from_backend, ctl.why[0] ? ctl.why : NULL);
+    commands_set(set, from_backend);
+    events_backend_server(ctl.ctx->cfg, set, from_backend, ctl.why[0] ? ctl.why : NULL);
     ctl.why[0] = '\0';
 }
 
@@ -194,10 +205,10 @@ static void command_seen(char type)
     if (type == '*' && identify_arities(ctl.buf, ctl.len, &ctl.login.cmds) == 0)
         return;
     arities_free(&ctl.login.cmds);
-    if (ctl.srv->cfg->users.n > 0)
+    if (ctl.ctx->cfg->users.n > 0)
         log_warn("COMMAND %s by %s: before their login, clients get -NOAUTH where it would "
                  "say wrong number of arguments or unknown subcommand",
-                 type == '-' ? "refused" : "unreadable", ctl.srv->backend.name);
+                 type == '-' ? "refused" : "unreadable", ctl.ctx->backend->name);
 }
 
 static void cmdlist_seen(char type)
@@ -248,9 +259,8 @@ static void ctl_reply(struct bconn *b, const char *p, size_t n, int done, char t
     ctl.n--;
     switch (what) {
     case PR_PING:
-        ctl.srv->clients_must_auth = type == '-' && ctl.len >= 7 &&
-                                     memcmp(ctl.buf, "-NOAUTH", 7) == 0;
-        ctl.srv->auth_known = 1;
+        ctl.facts.clients_must_auth = login_is_noauth(ctl.buf, ctl.len);
+        ctl.facts.auth_known = 1;
         break;
     case PR_AUTH:
     case PR_NAME:
@@ -288,7 +298,7 @@ static void ctl_ready(struct bconn *b)
 {
     ctl.head = ctl.n = 0;
     send_probe(PR_PING);
-    if (ctl.srv->cfg->backend_password != NULL)
+    if (ctl.ctx->cfg->backend_password != NULL)
         send_probe(PR_AUTH);
     send_probe(PR_NAME);
     send_probe(PR_DATABASES);
@@ -308,7 +318,7 @@ static void ctl_failed(struct bconn *b, const char *why, int was_ready)
 {
     if (was_ready)
         log_debug("control connection lost: %s", why);
-    if (!ctl.srv->commands_ready || ctl.pending != NULL) {
+    if (!ctl.facts.commands_ready || ctl.pending != NULL) {
         command_set_free(ctl.pending);
         ctl.pending = NULL;
         snprintf(ctl.why, sizeof ctl.why, "no control connection to the backend (%s)", why);
@@ -332,12 +342,14 @@ static const struct bconn_ops ctl_ops = {
     ctl_ready, ctl_reply, ctl_read_end, ctl_failed, ctl_closed, ctl_written,
 };
 
-void control_start(struct server *srv)
+void control_start(struct loop_ctx *ctx, void (*commands_ready)(void))
 {
-    ctl.srv = srv;
+    ctl.ctx = ctx;
+    ctl.commands_ready = commands_ready;
+    ctl.facts.commands = command_set_new(&server_id_default);
     ctl.started = 1;
     ctl.login.words = login_words_for(&server_id_default);
-    bconn_init(&ctl.be, srv, &ctl_ops, &ctl);
+    bconn_init(&ctl.be, ctx, &ctl_ops, &ctl);
     ctl.be.counts = 0;
     bconn_connect(&ctl.be, 0);
 }
@@ -353,6 +365,17 @@ void control_stop(void)
     free(ctl.buf);
     ctl.buf = NULL;
     arities_free(&ctl.login.cmds);
+}
+
+void control_free(void)
+{
+    command_set_free(ctl.facts.commands);
+    ctl.facts.commands = NULL;
+}
+
+const struct backend_facts *control_facts(void)
+{
+    return &ctl.facts;
 }
 
 const struct login_backend *control_login(void)
@@ -390,7 +413,7 @@ void control_cron(uint64_t now, int sharing)
 
 void control_backend_changed(void)
 {
-    ctl.srv->auth_known = 0;
+    ctl.facts.auth_known = 0;
     ctl.retry_at = 0;
     if (ctl.be.state == BC_IDLE)
         bconn_connect(&ctl.be, 0);

@@ -32,13 +32,35 @@
 
 #include <stdint.h>
 
-struct server;
+struct loop_ctx;
+struct command_set;
 
 #define CONTROL_NAME        "ttlguard-control"
 #define CONTROL_NAME_LEN    "16"
 
-void control_start(struct server *srv);
+/* What the control connection has learned about the backend. Written here
+ * only; the others read it through control_facts(). */
+struct backend_facts {
+    int auth_known;                  /* the control connection has said whether... */
+    int clients_must_auth;           /* ...Redis wants AUTH from a client that connects now */
+    int databases;                   /* CONFIG GET databases; 0 while unknown */
+    char policy[32];                 /* maxmemory-policy last reported */
+    int policy_known;
+    struct command_set *commands;    /* the backend's commands: the table as its server and
+                                        version have it, and rows derived from its key specs */
+    int commands_ready;              /* 0 until the backend was identified (or given up on):
+                                        sessions under rules wait */
+    int backend_known;               /* commands came from the backend's own replies */
+};
+
+const struct backend_facts *control_facts(void);
+
+/* Connect; commands_ready() is called each time the backend's commands
+ * were read (or given up on: Redis 7.0's are assumed). */
+void control_start(struct loop_ctx *ctx, void (*commands_ready)(void));
 void control_stop(void);
+/* Free what is left once the loop has ended. */
+void control_free(void);
 
 /* After a reload: the eviction policy again. */
 void control_probe_policy(void);

@@ -376,8 +376,8 @@ static int hello_setname(struct slice opt, struct slice name, struct login *out)
         reply(out, ERR_CLIENTNAME);
         return -1;
     }
-    int at = out->argc >= 2 && slice_eq_nocase(out->argv[out->argc - 2], "setname")
-             ? out->argc - 2 : out->argc;
+    /* HELLO protover SETNAME name: a SETNAME kept already is replaced */
+    int at = out->argc == LOGIN_ARGV_MAX ? out->argc - 2 : out->argc;
     out->argv[at] = opt;
     out->argv[at + 1] = name;
     out->argc = at + 2;
@@ -443,20 +443,18 @@ static void judge_hello(const struct login_ctx *cx, const struct request *req,
     out->verdict = LV_HELLO;
 }
 
-int login_carries_auth(const struct request *req, enum cmd_id id)
+int login_is_noauth(const char *reply, size_t n)
 {
-    if (id == CID_AUTH)
-        return 1;
-    if (id != CID_HELLO)
-        return 0;
-    for (int i = 2; i < req->argc; i++)
-        if (slice_eq_nocase(cstr(req->argv[i]), "auth"))
-            return 1;
-    return 0;
+    return n >= 7 && memcmp(reply, "-NOAUTH", 7) == 0;
+}
+
+int login_carries_auth(enum cmd_id id, const struct cmd_words *w)
+{
+    return id == CID_AUTH || (id == CID_HELLO && (w->hello & HELLO_AUTH_ANY));
 }
 
 void login_judge(const struct login_ctx *cx, const struct request *req,
-                 const struct cmd_info *ci, struct login *out)
+                 const struct cmd_info *ci, const struct cmd_words *w, struct login *out)
 {
     enum cmd_id id = ci != NULL ? ci->id : CID_OTHER;
     out->verdict = LV_PASS;
@@ -464,7 +462,7 @@ void login_judge(const struct login_ctx *cx, const struct request *req,
     out->failed = 0;
     out->argc = 0;
     out->reply.len = 0;
-    if (cx->logged_in && !login_carries_auth(req, id))
+    if (cx->logged_in && !login_carries_auth(id, w))
         return;
     if (refused_before_running(cx, req, ci, out))
         return;

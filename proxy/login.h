@@ -88,11 +88,15 @@ struct login {
     struct slice argv[LOGIN_ARGV_MAX];
 };
 
-/* Decide what req means. ci: its command (NULL: the server does not know it). */
+/* Decide what req means. ci: its command (NULL: the server does not know
+ * it); w: its words (command_words()). */
 void login_judge(const struct login_ctx *cx, const struct request *req,
-                 const struct cmd_info *ci, struct login *out);
+                 const struct cmd_info *ci, const struct cmd_words *w, struct login *out);
 
+/* Is a reply (its first n bytes) the server's -NOAUTH: the connection must
+ * log in first? */
+int login_is_noauth(const char *reply, size_t n);
 /* Does req carry a login (AUTH, or HELLO with an AUTH option)? */
-int login_carries_auth(const struct request *req, enum cmd_id id);
+int login_carries_auth(enum cmd_id id, const struct cmd_words *w);
 
 #endif

@@ -37,7 +37,6 @@
 
 #include "control.h"
 #include "mux.h"
-#include "server.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -57,7 +56,7 @@ struct mux {
     struct mux *next;               /* mux_list */
     int db;                         /* the state every session on it shares */
     int resp3;
-    struct server *srv;
+    struct clients *cl;             /* its sessions are among these */
     struct bconn be;
     uv_check_t flusher;             /* writes `out` once per loop iteration */
     int paused;                     /* clients stopped: too many bytes not yet written */
@@ -131,7 +130,7 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
         e->kind = FE_GONE;
     }
     m->fifo.len = 0;
-    for (struct session *s = m->srv->sessions; s != NULL; s = s->next) {
+    for (struct session *s = m->cl->all; s != NULL; s = s->next) {
         if (s->mux != m)
             continue;
         s->mux = NULL;
@@ -158,18 +157,19 @@ int mux_in_use(void)
     return mux_list != NULL;
 }
 
-int mux_shareable(struct server *srv)
+int mux_shareable(const struct loop_ctx *ctx)
 {
-    return srv->auth_known && (srv->cfg->backend_password != NULL || !srv->clients_must_auth);
+    const struct backend_facts *bf = control_facts();
+    return bf->auth_known && (ctx->cfg->backend_password != NULL || !bf->clients_must_auth);
 }
 
 /* The shared connection drained: clients paused for it read again. */
 static void mux_resume(struct mux *m)
 {
-    if (!m->paused || mux_backlog(m) > m->srv->cfg->max_buffer / 2)
+    if (!m->paused || mux_backlog(m) > m->cl->ctx->cfg->max_buffer / 2)
         return;
     m->paused = 0;
-    for (struct session *s = m->srv->sessions; s != NULL; s = s->next)
+    for (struct session *s = m->cl->all; s != NULL; s = s->next)
         if (s->mode == SM_SHARED && s->mux == m && !s->client_reading)
             session_resume(s);
 }
@@ -261,7 +261,7 @@ static void mux_handshake(struct mux *m)
 
 /* The shared connection to target for db x protocol, opened on first use.
  * NULL when it cannot be. */
-static struct mux *mux_get(struct server *srv, struct target *t, int db, int resp3)
+static struct mux *mux_get(struct clients *cl, struct target *t, int db, int resp3)
 {
     for (struct mux *m = mux_list; m != NULL; m = m->next)
         if (m->be.t == t && m->db == db && m->resp3 == resp3)
@@ -269,13 +269,13 @@ static struct mux *mux_get(struct server *srv, struct target *t, int db, int res
     if (!t->addr.is_unix && !t->sa_ok)
         return NULL;
     struct mux *m = xcalloc(1, sizeof *m);
-    m->srv = srv;
+    m->cl = cl;
     m->db = db;
     m->resp3 = resp3;
     m->flusher.data = m;
-    uv_check_init(srv->loop, &m->flusher);
+    uv_check_init(cl->ctx->loop, &m->flusher);
     m->handles = 2;
-    bconn_init(&m->be, srv, &mux_ops, m);
+    bconn_init(&m->be, cl->ctx, &mux_ops, m);
     m->be.t = t;
     m->next = mux_list;
     mux_list = m;
@@ -286,13 +286,13 @@ static struct mux *mux_get(struct server *srv, struct target *t, int db, int res
 
 int mux_attach(struct session *s)
 {
-    s->mux = mux_get(s->srv, s->be.t, s->db, s->resp3);
+    s->mux = mux_get(s->cl, s->be.t, s->db, s->resp3);
     return s->mux != NULL ? 0 : -1;
 }
 
 int mux_append(struct session *s, struct wbatch *wb)
 {
-    struct mux *m = mux_get(s->srv, s->be.t, s->db, s->resp3);
+    struct mux *m = mux_get(s->cl, s->be.t, s->db, s->resp3);
     if (m == NULL)
         return -1;
     s->mux = m;
@@ -306,7 +306,7 @@ int mux_append(struct session *s, struct wbatch *wb)
     s->mux_owed = 0;
     if (m->be.state == BC_READY)
         uv_check_start(&m->flusher, on_mux_check);
-    if (mux_backlog(m) > s->srv->cfg->max_buffer) {
+    if (mux_backlog(m) > s->ctx->cfg->max_buffer) {
         /* Redis is not keeping up: no more requests from this client until
          * the shared connection has drained to half. */
         m->paused = 1;

@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "login.h"
 #include "session_int.h"
-#include "server.h"
 #include "stats.h"
 #include "util.h"
 
@@ -93,7 +93,7 @@ static void remember_carried(struct session *s, const struct pending *p)
     char **slot = p->subkind == CARRY_LIB_NAME ? &s->lib_name :
                   p->subkind == CARRY_LIB_VER ? &s->lib_ver : NULL;
     if (slot == NULL) {
-        s->no_evict = slice_eq_nocase((struct slice){ p->local, p->local_len }, "on");
+        s->no_evict = p->subkind == CARRY_NO_EVICT_ON;
         return;
     }
     free(*slot);
@@ -158,9 +158,9 @@ static void apply_reply(struct session *s, struct pending *head, char type)
     case PW_GUARD:
         if (type == '-') {
             struct ev_client c;
-            if (policy_guard_refused(s->srv->cfg, head->local, head->local_len, s->peek,
+            if (policy_guard_refused(s->ctx->cfg, head->local, head->local_len, s->peek,
                                      s->peeklen, session_client(s, &c)))
-                s->srv->stats.rejected++;
+                s->ctx->stats.rejected++;
         }
         break;
     case PW_RELOGIN:
@@ -170,7 +170,7 @@ static void apply_reply(struct session *s, struct pending *head, char type)
     case PW_PROBE: {
         struct ev_client c;
         int no_ttl = type != ':' || (s->peeklen >= 4 && memcmp(s->peek, ":-1\r", 4) == 0);
-        policy_probe_answered(s->srv->cfg, head->local, head->local_len, head->remaining,
+        policy_probe_answered(s->ctx->cfg, head->local, head->local_len, head->remaining,
                               no_ttl, session_client(s, &c));
         break;
     }
@@ -187,7 +187,7 @@ static void rewrite_refused(struct session *s)
 {
     static uint64_t last, since;
     uint64_t now = now_ms_monotonic();
-    s->srv->stats.rewrite_errors++;
+    s->ctx->stats.rewrite_errors++;
     since++;
     if (last != 0 && now - last < 10000)
         return;
@@ -240,9 +240,9 @@ static void toc_add_reply(struct session *s, enum topo_kind kind, const struct p
 {
     size_t len;
     char *out = NULL;
-    if (s->srv->cfg->cluster && kind == TOPO_EXEC)
+    if (s->ctx->cfg->cluster && kind == TOPO_EXEC)
         out = cluster_rewrite_exec(head->local, head->local_len, p, n, &len);
-    else if (s->srv->cfg->cluster)
+    else if (s->ctx->cfg->cluster)
         out = cluster_rewrite(kind, p, n, s->be.t, &len);
     if (out != NULL) {
         toc_add(s, out, len, 1);
@@ -352,27 +352,12 @@ static void keep_queue_error(struct session *s, const char *p, size_t n, int don
  * only see rewritten? Topology replies, and errors (-MOVED, -ASK). */
 static int held(const struct session *s, const struct pending *head, char type)
 {
-    return s->srv->cfg->cluster && type != '>' &&
+    return s->ctx->cfg->cluster && type != '>' &&
            (head == NULL || head->kind != PK_INTERNAL) &&
            (type == '-' || (head != NULL && head->what == PW_TOPOLOGY));
 }
 
-static void on_topology_read(struct cluster_wait *w)
-{
-    struct session *s = (struct session *)((char *)w - offsetof(struct session, cwait));
-    session_unpark(s);
-}
-
-void park_add(struct session *s, char kind, const char *p, size_t n)
-{
-    sbuf_add(&s->park, &kind, 1);
-    sbuf_add(&s->park, &n, sizeof n);
-    sbuf_add(&s->park, p, n);
-    if (s->park.len > s->srv->cfg->max_buffer)
-        session_unpark(s);      /* waiting must not cost unbounded memory */
-}
-
-void session_unpark(struct session *s)
+static void session_unpark(struct session *s)
 {
     if (!s->parked)
         return;
@@ -394,6 +379,21 @@ void session_unpark(struct session *s)
     if (!s->closing)
         session_flush_client();
     maybe_finish(s);
+}
+
+static void on_topology_read(struct cluster_wait *w)
+{
+    struct session *s = (struct session *)((char *)w - offsetof(struct session, cwait));
+    session_unpark(s);
+}
+
+void park_add(struct session *s, char kind, const char *p, size_t n)
+{
+    sbuf_add(&s->park, &kind, 1);
+    sbuf_add(&s->park, &n, sizeof n);
+    sbuf_add(&s->park, p, n);
+    if (s->park.len > s->ctx->cfg->max_buffer)
+        session_unpark(s);      /* waiting must not cost unbounded memory */
 }
 
 /* Keep the reply until it is whole, then hand the client its rewritten form.
@@ -459,7 +459,7 @@ void session_reply(struct session *s, const char *p, size_t n, int done, char ty
     }
     if (!done)
         return;
-    if (type == '-' && !s->ttlg_auth && s->peeklen >= 7 && memcmp(s->peek, "-NOAUTH", 7) == 0)
+    if (!s->ttlg_auth && login_is_noauth(s->peek, s->peeklen))
         s->auth_required = s->unauth = 1;   /* Redis says so: its limits apply */
     reply_done(s, type);
 }

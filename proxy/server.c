@@ -1,19 +1,21 @@
 /*
- * server: listener, signals and cron around the sessions (see server.h).
+ * server: the loop-wide state, signals, reload and cron around the sessions
+ * (see server.h).
  */
 #include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/resource.h>
 #include <netdb.h>
 
 #include "admin.h"
+#include "backend.h"
 #include "cluster.h"
-#include "commands.h"
 #include "control.h"
 #include "events.h"
+#include "listener.h"
+#include "loop.h"
 #include "mux.h"
 #include "server.h"
 #include "session.h"
@@ -25,32 +27,32 @@
 #define SHUTDOWN_GRACE_MS   5000
 #define RBUF_SIZE           (256 * 1024)
 
+struct server {
+    struct loop_ctx ctx;             /* what the layers below are given */
+    struct listener plain, secure;   /* listen, tls_listen */
+    struct target backend;           /* [proxy] backend (a cluster's seed: its entry port) */
+    struct clients clients;          /* the sessions */
+
+    int listen_override;             /* --listen / --backend given: a reload keeps them */
+    int backend_override;
+
+    uv_timer_t cron;
+    uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
+
+    int shutting_down;
+    uint64_t shutdown_deadline;      /* monotonic ms */
+};
+
 static struct server the_server;
-uint64_t loop_now_ns;
 
 static void on_close_noop(uv_handle_t *h)
 {
 }
 
-static void on_close_free(uv_handle_t *h)
-{
-    free(h);
-}
-
-void server_unlisten(struct listener *l)
-{
-    if (l->h == NULL)
-        return;
-    uv_close((uv_handle_t *)l->h, on_close_free);
-    l->h = NULL;
-    if (l->addr.is_unix)
-        unlink(l->addr.host);
-}
-
 /* Everything is closed once the last session is gone during shutdown. */
 static void finish_shutdown(struct server *srv)
 {
-    if (!srv->shutting_down || srv->nsessions > 0)
+    if (!srv->shutting_down || srv->clients.nsessions > 0)
         return;
     mux_shutdown();
     control_stop();
@@ -69,40 +71,34 @@ static void finish_shutdown(struct server *srv)
     }
 }
 
-void server_set_commands(struct server *srv, struct command_set *set, int from_backend)
+static void on_session_gone(struct clients *cl)
 {
-    /* Nothing keeps a row past the request that looked it up. */
-    command_set_free(srv->commands);
-    srv->commands = set;
-    srv->backend_known = from_backend;
-    srv->commands_ready = 1;
-    for (struct session *s = srv->sessions, *next; s != NULL; s = next) {
+    finish_shutdown(&the_server);
+}
+
+/* The control connection has the backend's commands: the sessions that
+ * waited for them are served. */
+static void on_commands_ready(void)
+{
+    for (struct session *s = the_server.clients.all, *next; s != NULL; s = next) {
         next = session_next(s);
         session_commands_ready(s);
     }
 }
 
-void server_session_gone(struct server *srv)
+/* A client connects to one of the proxy's own listeners or a cluster node's. */
+static void on_accept(struct listener *l)
 {
-    finish_shutdown(srv);
-}
-
-static void on_connection(uv_stream_t *listener, int status)
-{
-    struct listener *l = listener->data;
-    struct server *srv = l->srv;
-    if (status < 0) {
-        log_warn("accept: %s", uv_strerror(status));
-        return;
-    }
-    session_accept(srv, listener, l->tls ? srv->cfg->client_tls_ctx : NULL, l->target);
+    struct server *srv = &the_server;
+    session_accept(&srv->clients, l->h, l->tls ? srv->ctx.cfg->client_tls_ctx : NULL,
+                   l->target);
 }
 
 static void on_cron(uv_timer_t *t)
 {
     struct server *srv = t->data;
     uint64_t now = now_ms_monotonic();
-    struct session *s = srv->sessions;
+    struct session *s = srv->clients.all;
     while (s != NULL) {
         struct session *next = session_next(s);    /* s may close itself */
         session_cron(s, now);
@@ -117,12 +113,12 @@ static void on_cron(uv_timer_t *t)
         trimmed = now;
         malloc_trim(0);
     }
-    if (srv->cfg->cluster)
+    if (srv->ctx.cfg->cluster)
         cluster_cron(now);
     if (srv->shutting_down && now >= srv->shutdown_deadline) {
-        if (srv->nsessions > 0)
-            log_warn("shutdown: closing %d sessions still owed replies", srv->nsessions);
-        for (s = srv->sessions; s != NULL; s = session_next(s))
+        if (srv->clients.nsessions > 0)
+            log_warn("shutdown: closing %d sessions still owed replies", srv->clients.nsessions);
+        for (s = srv->clients.all; s != NULL; s = session_next(s))
             session_close(s);
     }
     finish_shutdown(srv);
@@ -132,12 +128,12 @@ static void begin_shutdown(struct server *srv, const char *why)
 {
     if (srv->shutting_down)
         return;
-    log_info("%s: shutting down, draining %d sessions", why, srv->nsessions);
+    log_info("%s: shutting down, draining %d sessions", why, srv->clients.nsessions);
     srv->shutting_down = 1;
     srv->shutdown_deadline = now_ms_monotonic() + SHUTDOWN_GRACE_MS;
-    server_unlisten(&srv->plain);
-    server_unlisten(&srv->secure);
-    for (struct session *s = srv->sessions; s != NULL; s = session_next(s))
+    listener_close(&srv->plain);
+    listener_close(&srv->secure);
+    for (struct session *s = srv->clients.all; s != NULL; s = session_next(s))
         session_drain(s);
     finish_shutdown(srv);
 }
@@ -145,40 +141,6 @@ static void begin_shutdown(struct server *srv, const char *why)
 static void on_signal(uv_signal_t *h, int signum)
 {
     begin_shutdown(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
-}
-
-/* Listen on a; the new handle is returned in *out (freed when closed). */
-static int start_listening(struct listener *l, const struct addr *a, uv_stream_t **out,
-                           char *err, size_t errlen)
-{
-    struct server *srv = l->srv;
-    int r;
-    union { uv_tcp_t tcp; uv_pipe_t pipe; } *h = xmalloc(sizeof *h);
-    if (a->is_unix) {
-        uv_pipe_init(srv->loop, &h->pipe, 0);
-        unlink(a->host);    /* a stale socket from a previous run, as redis does */
-        r = uv_pipe_bind(&h->pipe, a->host);
-    } else {
-        struct sockaddr_storage ss;
-        uv_tcp_init(srv->loop, &h->tcp);
-        if (addr_resolve(a, &ss, err, errlen) != 0) {
-            uv_close((uv_handle_t *)h, on_close_free);
-            return -1;
-        }
-        r = uv_tcp_bind(&h->tcp, (struct sockaddr *)&ss, 0);
-    }
-    h->tcp.data = l;
-    if (r == 0)
-        r = uv_listen((uv_stream_t *)h, 511, on_connection);
-    if (r != 0) {
-        char name[300];
-        addr_format(a, name, sizeof name);
-        snprintf(err, errlen, "cannot listen on %s: %s", name, uv_strerror(r));
-        uv_close((uv_handle_t *)h, on_close_free);
-        return -1;
-    }
-    *out = (uv_stream_t *)h;
-    return 0;
 }
 
 /* A backend at the proxy's own listen address would have every session
@@ -224,23 +186,17 @@ static int backend_tls_changed(const struct config *old, const struct config *cf
            !same_text(old->backend_tls_server_name, cfg->backend_tls_server_name);
 }
 
-int server_listen(struct listener *l, char *err, size_t errlen)
-{
-    return start_listening(l, &l->addr, &l->h, err, errlen);
-}
-
 /* A listener to where a reloaded config wants it: moved, opened or closed.
  * A new address that cannot be bound is logged and the old one kept. */
 static void relisten(struct server *srv, struct listener *l, const struct addr *to)
 {
     char a[300], b[300], err[400];
     const char *kind = l->tls ? "tls_listen" : "listen";
-    uv_stream_t *h;
 
     if (to == NULL) {
         if (l->h != NULL) {
             addr_format(&l->addr, b, sizeof b);
-            server_unlisten(l);
+            listener_close(l);
             log_info("SIGHUP: %s %s closed", kind, b);
         }
         return;
@@ -249,20 +205,18 @@ static void relisten(struct server *srv, struct listener *l, const struct addr *
     addr_format(&l->addr, b, sizeof b);
     if (l->h != NULL && strcmp(a, b) == 0)
         return;
-    if (start_listening(l, to, &h, err, sizeof err) != 0) {
-        if (l->h != NULL)
+    int was_open = l->h != NULL;
+    if (listener_move(l, srv->ctx.loop, to, err, sizeof err) != 0) {
+        if (was_open)
             log_error("SIGHUP: %s; %s stays on %s", err, kind, b);
         else
             log_error("SIGHUP: %s", err);
         return;
     }
-    if (l->h != NULL)
+    if (was_open)
         log_info("SIGHUP: %s now on %s (was %s)", kind, a, b);
     else
         log_info("SIGHUP: %s now on %s", kind, a);
-    server_unlisten(l);
-    l->h = h;
-    l->addr = *to;
 }
 
 /* SIGHUP: read the config again. A config with errors is refused and the old
@@ -273,7 +227,7 @@ static void reload(struct server *srv)
 {
     char err[1024];
     struct config *cfg = xcalloc(1, sizeof *cfg);
-    const char *path = srv->cfg->path;
+    const char *path = srv->ctx.cfg->path;
 
     if (path == NULL) {
         log_warn("SIGHUP: no config file to reload (started without --config)");
@@ -289,7 +243,7 @@ static void reload(struct server *srv)
 
     struct addr plain = srv->plain.addr, secure = { 0 };
     struct addr backend_addr = srv->backend.addr;
-    if (cluster_changed(srv->cfg, cfg)) {
+    if (cluster_changed(srv->ctx.cfg, cfg)) {
         snprintf(err, sizeof err, "cluster, cluster_ports, cluster_announce and the seeds in "
                  "backend apply at start only: restart ttlguard to change them");
         log_error("SIGHUP: config refused, keeping the running one: %s", err);
@@ -324,23 +278,23 @@ static void reload(struct server *srv)
     }
     char a[300];
     addr_format(&backend_addr, a, sizeof a);
-    if (strcmp(a, srv->backend.name) != 0 || backend_tls_changed(srv->cfg, cfg)) {
-        target_set(&srv->backend, srv, &backend_addr, 1);
+    if (strcmp(a, srv->backend.name) != 0 || backend_tls_changed(srv->ctx.cfg, cfg)) {
+        target_set(&srv->backend, &srv->ctx, &backend_addr, 1);
         mux_backend_changed();
         control_backend_changed();
         watch_backend_changed();
     }
 
-    struct config *old = srv->cfg;
-    srv->cfg = cfg;
+    struct config *old = srv->ctx.cfg;
+    srv->ctx.cfg = cfg;
     log_json = cfg->log_format;
     events_reconfigure(cfg);
-    admin_reconfigure(srv);
+    admin_reconfigure(&srv->ctx);
     config_free(old);
     free(old);
     log_info("SIGHUP: config %s reloaded (%zu rules)", cfg->path, cfg->rules.n);
     control_probe_policy();
-    watch_apply(srv);
+    watch_apply(&srv->ctx);
 }
 
 static void on_hup(uv_signal_t *h, int signum)
@@ -386,7 +340,7 @@ static int server_addresses(struct server *srv, const char *listen_text,
                             const char *backend_text, const char *listen_override,
                             struct addr *backend_addr)
 {
-    const struct config *cfg = srv->cfg;
+    const struct config *cfg = srv->ctx.cfg;
     char err[512];
     if ((listen_text != NULL && addr_parse(listen_text, &srv->plain.addr, err, sizeof err) != 0) ||
         (cfg->tls_listen != NULL &&
@@ -415,20 +369,21 @@ static int server_addresses(struct server *srv, const char *listen_text,
 static int server_open(struct server *srv, int plain)
 {
     char err[512];
-    if (events_init(srv->loop, srv->cfg, err, sizeof err) != 0) {
+    if (events_init(srv->ctx.loop, srv->ctx.cfg, err, sizeof err) != 0) {
         log_error("%s", err);
         return -1;
     }
-    tls_init(srv->loop);
-    if ((plain && server_listen(&srv->plain, err, sizeof err) != 0) ||
-        (srv->cfg->tls_listen != NULL && server_listen(&srv->secure, err, sizeof err) != 0) ||
-        admin_start(srv, err, sizeof err) != 0) {
+    tls_init(srv->ctx.loop);
+    if ((plain && listener_open(&srv->plain, srv->ctx.loop, err, sizeof err) != 0) ||
+        (srv->ctx.cfg->tls_listen != NULL &&
+         listener_open(&srv->secure, srv->ctx.loop, err, sizeof err) != 0) ||
+        admin_start(&srv->ctx, &srv->clients, err, sizeof err) != 0) {
         log_error("%s", err);
-        server_unlisten(&srv->plain);
-        server_unlisten(&srv->secure);
+        listener_close(&srv->plain);
+        listener_close(&srv->secure);
         tls_shutdown_module();
         events_shutdown();
-        uv_run(srv->loop, UV_RUN_NOWAIT);
+        uv_run(srv->ctx.loop, UV_RUN_NOWAIT);
         return -1;
     }
     return 0;
@@ -436,13 +391,13 @@ static int server_open(struct server *srv, int plain)
 
 static void server_timers_and_signals(struct server *srv)
 {
-    uv_timer_init(srv->loop, &srv->cron);
+    uv_timer_init(srv->ctx.loop, &srv->cron);
     srv->cron.data = srv;
     uv_timer_start(&srv->cron, on_cron, CRON_MS, CRON_MS);
-    uv_signal_init(srv->loop, &srv->sig_term);
-    uv_signal_init(srv->loop, &srv->sig_int);
-    uv_signal_init(srv->loop, &srv->sig_hup);
-    uv_signal_init(srv->loop, &srv->sig_usr1);
+    uv_signal_init(srv->ctx.loop, &srv->sig_term);
+    uv_signal_init(srv->ctx.loop, &srv->sig_int);
+    uv_signal_init(srv->ctx.loop, &srv->sig_hup);
+    uv_signal_init(srv->ctx.loop, &srv->sig_usr1);
     srv->sig_term.data = srv->sig_int.data = srv->sig_hup.data = srv->sig_usr1.data = srv;
     uv_signal_start(&srv->sig_term, on_signal, SIGTERM);
     uv_signal_start(&srv->sig_int, on_signal, SIGINT);
@@ -460,54 +415,63 @@ static void log_listening(const struct server *srv)
         addr_format(&srv->secure.addr, tname + n, sizeof tname - n);
     }
     log_info("ttlguard %s listening on %s%s, backend %s%s", TTLG_VERSION, lname, tname,
-             srv->backend.name, srv->cfg->backend_tls ? " (TLS)" : "");
-    if (srv->cfg->backend_tls && !srv->cfg->backend_tls_verify)
+             srv->backend.name, srv->ctx.cfg->backend_tls ? " (TLS)" : "");
+    if (srv->ctx.cfg->backend_tls && !srv->ctx.cfg->backend_tls_verify)
         log_warn("backend_tls_verify = off: the backend's certificate is not verified, so "
                  "anyone on the path can pose as it; for tests only");
+}
+
+/* The loop-wide context, the client side and the listeners, wired. */
+static void server_init(struct server *srv, struct config *cfg, int listen_override,
+                        int backend_override)
+{
+    memset(srv, 0, sizeof *srv);
+    srv->ctx.loop = uv_default_loop();
+    srv->ctx.cfg = cfg;
+    srv->ctx.backend = &srv->backend;
+    srv->clients.ctx = &srv->ctx;
+    srv->clients.gone = on_session_gone;
+    srv->listen_override = listen_override;
+    srv->backend_override = backend_override;
+    srv->plain.on_accept = srv->secure.on_accept = on_accept;
+    srv->plain.target = srv->secure.target = &srv->backend;
+    srv->secure.tls = 1;
 }
 
 int server_run(struct config *cfg, const char *listen_override, const char *backend_override)
 {
     struct server *srv = &the_server;
 
-    memset(srv, 0, sizeof *srv);
-    srv->loop = uv_default_loop();
-    srv->cfg = cfg;
+    server_init(srv, cfg, listen_override != NULL, backend_override != NULL);
     log_json = cfg->log_format;
-    srv->listen_override = listen_override != NULL;
-    srv->backend_override = backend_override != NULL;
-    srv->plain.srv = srv->secure.srv = srv;
-    srv->plain.target = srv->secure.target = &srv->backend;
-    srv->secure.tls = 1;
     const char *listen_text = listen_override ? listen_override : cfg->listen;
     struct addr backend_addr;
     if (server_addresses(srv, listen_text, backend_override ? backend_override : cfg->backend,
                          listen_override, &backend_addr) != 0)
         return 1;
-    target_set(&srv->backend, srv, &backend_addr, 1);
-    srv->commands = command_set_new(&server_id_default);
-    srv->rbuf_size = RBUF_SIZE;
-    srv->rbuf = xmalloc(srv->rbuf_size);
+    target_set(&srv->backend, &srv->ctx, &backend_addr, 1);
+    srv->ctx.rbuf_size = RBUF_SIZE;
+    srv->ctx.rbuf = xmalloc(srv->ctx.rbuf_size);
 
     signal(SIGPIPE, SIG_IGN);
     raise_nofile(cfg->max_clients, cfg->multiplex);
     if (server_open(srv, listen_text != NULL) != 0)
         return 1;
-    control_start(srv);
-    watch_apply(srv);
+    control_start(&srv->ctx, on_commands_ready);
+    watch_apply(&srv->ctx);
     if (cfg->cluster)
-        cluster_start(srv);
+        cluster_start(&srv->ctx, &srv->plain, on_accept);
     server_timers_and_signals(srv);
     log_listening(srv);
 
-    uv_run(srv->loop, UV_RUN_DEFAULT);
+    uv_run(srv->ctx.loop, UV_RUN_DEFAULT);
     cluster_free();
+    control_free();
 
-    uv_loop_close(srv->loop);
-    free(srv->rbuf);
-    command_set_free(srv->commands);
-    config_free(srv->cfg);
-    free(srv->cfg);
+    uv_loop_close(srv->ctx.loop);
+    free(srv->ctx.rbuf);
+    config_free(srv->ctx.cfg);
+    free(srv->ctx.cfg);
     log_info("bye");
     return 0;
 }

@@ -30,7 +30,9 @@
  * Pairing replies with requests needs to know how many replies a request
  * gets: CLIENT REPLY OFF/SKIP suppress them, RESP2 pub/sub confirmations come
  * one per channel, RESP3 pushes and MONITOR lines and pub/sub messages belong
- * to no request. The session mirrors that protocol state from what passes.
+ * to no request. The session mirrors that protocol state from what passes
+ * (mirror.c). When ttlguard logs its clients in itself, session_login.c
+ * does the session's part.
  * After SYNC/PSYNC the connection carries a replication stream: from that
  * reply on, backend bytes are relayed unframed.
  *
@@ -54,7 +56,6 @@
 #include "control.h"
 #include "events.h"
 #include "login.h"
-#include "server.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -64,16 +65,6 @@
 #define MUX_MAX_INFLIGHT 256    /* a session pipelining deeper gets its own connection */
 #define CLIENT_TLS_HANDSHAKE_MS 10000   /* a TLS client that has not finished its handshake
                                            by then is closed */
-
-/* What handle_request() did with a request. */
-enum handled {
-    HR_DONE,        /* handled: forwarded, rewritten or answered */
-    HR_PIN,         /* not handled: it waits for the session's own connection */
-    HR_WAIT,        /* not handled: it waits until nothing is owed on the shared connection */
-    HR_CONNECT,     /* not handled: it waits for the connection its login opened */
-    HR_STREAM,      /* a large request's head was sent: its rest passes as it arrives */
-    HR_HOLD,        /* a large request's head: it is handled once it is whole */
-};
 
 /* Where the request of a shared session goes. */
 enum route {
@@ -92,10 +83,7 @@ static struct wbatch toc;   /* to the client of toc_owner */
 static struct session *toc_owner;
 
 static void client_read_start(struct session *s);
-static void client_read_stop(struct session *s);
 static void process_input(struct session *s, const char *data, size_t len, int in_ibuf);
-static void open_own_connection(struct session *s);
-static const char *client_name(struct session *s);
 
 static void session_set_mode(struct session *s, enum session_mode m)
 {
@@ -119,7 +107,7 @@ static void on_client_written(void *ctx, int status)
         return;
     /* Resume the side we stopped reading once the queue drained to half. */
     if (s->mode == SM_OWN && !s->be.reading &&
-        xport_backlog(&s->client) <= s->srv->cfg->max_buffer / 2)
+        xport_backlog(&s->client) <= s->ctx->cfg->max_buffer / 2)
         bconn_read_start(&s->be);
     if (s->mode == SM_SHARED)
         session_resume(s);
@@ -135,12 +123,12 @@ void session_flush_client(void)
         wbatch_reset(&toc);
         return;
     }
-    s->srv->stats.bytes_to_clients += toc.bytes;
+    s->ctx->stats.bytes_to_clients += toc.bytes;
     if (wbatch_flush(&toc, &s->client, on_client_written, s) < 0) {
         session_close(s);
         return;
     }
-    if (xport_backlog(&s->client) > s->srv->cfg->max_buffer) {
+    if (xport_backlog(&s->client) > s->ctx->cfg->max_buffer) {
         if (s->mode == SM_OWN)
             bconn_read_stop(&s->be);
         else                        /* shared: the connection is not paused for one slow
@@ -157,7 +145,7 @@ static void flush_requests(struct session *s)
         wbatch_reset(&tob);             /* the backend is gone: nothing to send to */
         return;
     }
-    s->srv->stats.bytes_to_backends += tob.bytes;
+    s->ctx->stats.bytes_to_backends += tob.bytes;
     if (s->mode == SM_SHARED) {
         if (mux_append(s, &tob) < 0) {
             wbatch_reset(&tob);
@@ -167,7 +155,7 @@ static void flush_requests(struct session *s)
     }
     if (bconn_write(&s->be, &tob) < 0)
         return;
-    if (s->client_reading && bconn_backlog(&s->be) > s->srv->cfg->max_buffer)
+    if (s->client_reading && bconn_backlog(&s->be) > s->ctx->cfg->max_buffer)
         client_read_stop(s);
 }
 
@@ -202,7 +190,7 @@ void toc_add(struct session *s, const char *p, size_t n, int copy)
 }
 
 /* Requests gathered for the backend: flush early when iov slots run out. */
-static void tob_add(struct session *s, const char *p, size_t n, int copy)
+void tob_add(struct session *s, const char *p, size_t n, int copy)
 {
     if (wbatch_full(&tob, 1))
         flush_requests(s);
@@ -220,7 +208,7 @@ struct pending *q_head(struct session *s)
     return s->q.len ? ring_at(&s->q, sizeof(struct pending), 0) : NULL;
 }
 
-static struct pending *q_push(struct session *s)
+struct pending *q_push(struct session *s)
 {
     struct pending *p = ring_push(&s->q, sizeof *p, 16);
     memset(p, 0, sizeof *p);
@@ -241,7 +229,7 @@ void q_pop(struct session *s)
 }
 
 /* Replies Redis will send on the shared connection for what s just queued. */
-static void owe(struct session *s, int n)
+void owe(struct session *s, int n)
 {
     if (s->mode == SM_SHARED)
         s->mux_owed += n;
@@ -251,7 +239,7 @@ static void owe(struct session *s, int n)
  * a client that pipelines without reading cannot grow the queue forever. */
 static int q_over_limit(struct session *s)
 {
-    return (size_t)s->q.len * sizeof(struct pending) > s->srv->cfg->max_buffer;
+    return (size_t)s->q.len * sizeof(struct pending) > s->ctx->cfg->max_buffer;
 }
 
 /* Is a reply for s being read right now? Our own replies must wait for it. */
@@ -272,7 +260,7 @@ void emit_locals(struct session *s)
 
 /* Queue a reply of our own behind everything owed so far.
  * text is copied unless is_static. */
-static void queue_local(struct session *s, const char *text, size_t len, int is_static)
+void queue_local(struct session *s, const char *text, size_t len, int is_static)
 {
     struct pending *p = q_push(s);
     p->kind = PK_LOCAL;
@@ -310,7 +298,7 @@ static void q_fail_backend_entries(struct session *s, const char *answer)
 /* ------------------------------------------------------------------------ */
 /* Session lifetime                                                          */
 
-static void free_secret(char *p)
+void free_secret(char *p)
 {
     if (p != NULL)
         OPENSSL_cleanse(p, strlen(p));
@@ -327,14 +315,14 @@ static void session_free(struct session *s)
     if (s->prev)
         s->prev->next = s->next;
     else
-        s->srv->sessions = s->next;
+        s->cl->all = s->next;
     if (s->next)
         s->next->prev = s->prev;
     if (s->cwait.waiting)
         cluster_unwait(&s->cwait);
-    s->srv->nsessions--;
+    s->cl->nsessions--;
     s->be.t->sessions--;
-    server_session_gone(s->srv);
+    s->cl->gone(s->cl);
     while (s->q.len)
         q_pop(s);
     ring_free(&s->q);
@@ -373,7 +361,7 @@ void session_close(struct session *s)
     if (s->closing)
         return;
     s->closing = 1;
-    s->srv->nclients--;
+    s->cl->nclients--;
     if (!uv_is_closing(&s->client.h.handle))
         xport_close(&s->client, on_client_closed);
     bconn_close(&s->be);
@@ -462,8 +450,8 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct session *s = h->data;
     if (s->ilen == 0) {
-        buf->base = s->srv->rbuf;
-        buf->len = s->srv->rbuf_size;
+        buf->base = s->ctx->rbuf;
+        buf->len = s->ctx->rbuf_size;
         return;
     }
     if (s->icap - s->ilen < READ_CHUNK) {
@@ -513,11 +501,11 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     loop_clock_update();
-    s->srv->stats.bytes_from_clients += (uint64_t)nread;
+    s->ctx->stats.bytes_from_clients += (uint64_t)nread;
     s->last_active = now_ms_monotonic();
     s->replied_in_read = 0;
 
-    if (buf->base != s->srv->rbuf) {
+    if (buf->base != s->ctx->rbuf) {
         s->ilen += (size_t)nread;
         process_input(s, s->ibuf, s->ilen, 1);
     } else {
@@ -533,7 +521,7 @@ static void client_read_start(struct session *s)
         s->client_reading = 1;
 }
 
-static void client_read_stop(struct session *s)
+void client_read_stop(struct session *s)
 {
     if (!s->client_reading)
         return;
@@ -554,17 +542,17 @@ void session_resume(struct session *s)
         return;
     switch (s->mode) {
     case SM_OWN:
-        if (bconn_backlog(&s->be) > s->srv->cfg->max_buffer / 2)
+        if (bconn_backlog(&s->be) > s->ctx->cfg->max_buffer / 2)
             return;
         break;
     case SM_SHARED:
-        if (xport_backlog(&s->client) > s->srv->cfg->max_buffer / 2 ||
+        if (xport_backlog(&s->client) > s->ctx->cfg->max_buffer / 2 ||
             mux_paused(s))
             return;
         break;
     case SM_AUTH:
     case SM_DOWN:
-        if (xport_backlog(&s->client) > s->srv->cfg->max_buffer / 2)
+        if (xport_backlog(&s->client) > s->ctx->cfg->max_buffer / 2)
             return;
         break;
     default:
@@ -584,120 +572,10 @@ void enter_replica(struct session *s)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Protocol state mirrored from requests                                     */
-
-/* AUTH, HELLO, RESET, MONITOR: state that follows from a request, assumed
- * to succeed (later requests of the same pipeline are judged in it) and
- * undone by reply_done() when the reply says it did not. */
-static void track_request(struct session *s, const struct request *req, enum cmd_id id,
-                          struct pending *p)
-{
-    long long ver;
-    switch (id) {
-    case CID_AUTH:
-        if (req->argc == 2 || req->argc == 3) {
-            p->what = PW_CLIENT_AUTH;
-            s->unauth = 0;
-        }
-        break;
-    case CID_HELLO:
-        p->what = PW_HELLO;
-        p->subkind = s->resp3;
-        if (req->argc >= 2 && slice_to_ll(req->argv[1], &ver) == 0 && (ver == 2 || ver == 3))
-            s->resp3 = ver == 3;
-        p->proto_gen = ++s->proto_gen;
-        for (int i = 2; i + 2 < req->argc; i++)
-            if (slice_eq_nocase(req->argv[i], "auth")) {
-                p->subkind |= 2;
-                s->unauth = 0;
-            }
-        break;
-    case CID_RESET:
-        p->what = PW_RESET;
-        s->proto_gen++;
-        p->subkind = s->nchan + s->npat + s->nshard > 0 || s->sub_unsure > 0;
-        if (p->remaining == 0)      /* no reply will say so: it unsubscribes now */
-            s->nchan = s->npat = s->nshard = 0;
-        s->resp3 = 0;
-        s->authed = 0;              /* RESET logs the client out (of ttlguard too) */
-        s->unauth = s->auth_required;
-        break;
-    case CID_MONITOR:
-        p->what = PW_MONITOR;
-        break;
-    case CID_SYNC:
-    case CID_PSYNC:
-        p->what = PW_SYNC;
-        break;
-    case CID_CLUSTER:
-    case CID_ROLE:
-    case CID_INFO:
-        if (s->srv->cfg->cluster) {
-            p->subkind = (uint8_t)cluster_topology_kind(id, req->argc, req->argv);
-            if (p->subkind != TOPO_NONE)
-                p->what = PW_TOPOLOGY;
-        }
-        break;
-    default:
-        break;
-    }
-}
-
-/* RESP2/RESP3 subscribe-family: how many regular replies does it get?
- * Returns 1 and fills p when id is one. */
-static int track_pubsub(struct session *s, const struct request *req, enum cmd_id id,
-                        struct pending *p)
-{
-    int sub;
-    enum sub_kind kind;
-    switch (id) {
-    case CID_SUBSCRIBE:     sub = 1; kind = SUB_CHANNEL; break;
-    case CID_PSUBSCRIBE:    sub = 1; kind = SUB_PATTERN; break;
-    case CID_SSUBSCRIBE:    sub = 1; kind = SUB_SHARD; break;
-    case CID_UNSUBSCRIBE:   sub = 0; kind = SUB_CHANNEL; break;
-    case CID_PUNSUBSCRIBE:  sub = 0; kind = SUB_PATTERN; break;
-    case CID_SUNSUBSCRIBE:  sub = 0; kind = SUB_SHARD; break;
-    default:                return 0;
-    }
-    if (sub && req->argc < 2)
-        return 0;           /* arity error: one ordinary error reply */
-    if (s->resp3) {
-        p->remaining = 0;   /* every confirmation is a push */
-        return 1;
-    }
-    p->what = PW_SUB;
-    p->subkind = kind;
-    p->remaining = req->argc > 1 ? req->argc - 1 : -1;
-    return 1;
-}
-
-/* CLIENT REPLY ON|OFF|SKIP. Returns 1 when req is one of them. */
-static int track_client_reply(struct session *s, const struct request *req, enum cmd_id id,
-                              int *replies)
-{
-    if (id != CID_CLIENT || req->argc != 3 || !slice_eq_nocase(req->argv[1], "reply"))
-        return 0;
-    if (slice_eq_nocase(req->argv[2], "on")) {
-        s->reply_off = 0;
-        s->reply_skip = 0;
-        *replies = 1;
-    } else if (slice_eq_nocase(req->argv[2], "off")) {
-        s->reply_off = 1;
-        *replies = 0;
-    } else if (slice_eq_nocase(req->argv[2], "skip")) {
-        if (!s->reply_off)
-            s->reply_skip = 1;
-        *replies = 0;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
-/* Who is asking, for the event log. */
+/* Who is asking, for the event log                                          */
 
 /* The client's address, for log lines. */
-static const char *client_name(struct session *s)
+const char *client_name(struct session *s)
 {
     struct ev_client c;
     return session_client(s, &c)->addr;
@@ -730,104 +608,16 @@ const struct ev_client *session_client(struct session *s, struct ev_client *c)
     c->addr = s->client_addr;
     c->name = s->client_name;
     c->db = s->db;
-    c->node = s->srv->cfg->cluster ? s->be.t->name : NULL;
+    c->node = s->ctx->cfg->cluster ? s->be.t->name : NULL;
     return c;
-}
-
-static void multi_reset(struct session *s)
-{
-    s->in_multi = 0;
-    s->watching = 0;
-    s->multi_dirty = 0;
-    s->multi_fix.len = 0;
-    s->multi_nfix = 0;
-    s->multi_topo.len = 0;
-    s->multi_topo_any = 0;
-}
-
-/* State the events and the rewrites need: SELECT, CLIENT SETNAME, WATCH,
- * pushes, RESET. Set when forwarded: a refused SELECT leaves a wrong db in an
- * event, nothing else. */
-static void track_identity(struct session *s, const struct request *req, enum cmd_id id)
-{
-    long long db;
-    switch (id) {
-    case CID_SELECT:
-        if (req->argc == 2 && slice_to_ll(req->argv[1], &db) == 0)
-            s->db = (int)db;
-        break;
-    case CID_SUBSCRIBE:
-    case CID_PSUBSCRIBE:
-    case CID_SSUBSCRIBE:
-        s->pushes |= s->resp3;
-        break;
-    case CID_CLIENT:
-        if (req->argc >= 3 && slice_eq_nocase(req->argv[1], "tracking") &&
-            slice_eq_nocase(req->argv[2], "on"))
-            s->pushes |= s->resp3;
-        if (req->argc == 3 && slice_eq_nocase(req->argv[1], "setname")) {
-            free(s->client_name);
-            s->client_name = req->argv[2].len ? xmemdup(req->argv[2].p, req->argv[2].len) : NULL;
-        } else if (req->argc >= 3 && slice_eq_nocase(req->argv[1], "pause") &&
-                   slice_to_ll(req->argv[2], &db) == 0 && db >= 0) {
-            s->srv->paused_until = now_ms_monotonic() + (uint64_t)db;
-        } else if (req->argc == 2 && slice_eq_nocase(req->argv[1], "unpause")) {
-            s->srv->paused_until = 0;
-        }
-        break;
-    case CID_WATCH:
-        if (req->argc >= 2 && !s->in_multi)
-            s->watching = 1;
-        break;
-    case CID_UNWATCH:
-        if (req->argc == 1)
-            s->watching = 0;
-        break;
-    case CID_RESET:
-        if (req->argc == 1) {
-            s->db = 0;
-            s->pushes = 0;
-            free(s->client_name);
-            s->client_name = NULL;
-            multi_reset(s);
-        }
-        break;
-    default:
-        break;
-    }
 }
 
 /* ------------------------------------------------------------------------ */
 /* Handling one request                                                      */
 
-enum { MT_NONE, MT_MULTI, MT_EXEC, MT_DISCARD };
-
-static int multi_cmd(const struct request *req, enum cmd_id id)
-{
-    if (req->argc != 1)
-        return MT_NONE;
-    switch (id) {
-    case CID_MULTI:     return MT_MULTI;
-    case CID_EXEC:      return MT_EXEC;
-    case CID_DISCARD:   return MT_DISCARD;
-    default:            return MT_NONE;
-    }
-}
-
-/* What one request needs, decided before anything is sent. */
-struct req_plan {
-    const struct cmd_info *ci;  /* NULL: a command Redis does not know */
-    enum cmd_id id;
-    int mt;                     /* MT_* */
-    int queued;                 /* inside MULTI: Redis only queues it */
-    int replies;                /* the client gets a reply */
-    int skipped;                /* ... it does not, because of CLIENT REPLY SKIP */
-    int raw_copy;               /* req->raw is not in the input: copy it (HELLO without AUTH) */
-};
-
 /* A follow-up request whose reply the proxy swallows. Redis does not answer
  * it under CLIENT REPLY OFF, so then nothing is waited for. */
-static void send_internal(struct session *s, const char *p, size_t len, int count)
+void send_internal(struct session *s, const char *p, size_t len, int count)
 {
     tob_add(s, p, len, 1);
     if (s->reply_off)
@@ -846,26 +636,25 @@ static void send_internal(struct session *s, const char *p, size_t len, int coun
  * and so do CLIENT SETNAME and the other CLIENT forms (other clients'
  * CLIENT LIST would tell), a SELECT Redis refuses (its own error), and
  * commands Redis does not know. */
-static int needs_own(const struct server *srv, const struct request *req,
-                     const struct cmd_info *ci)
+static int needs_own(const struct request *req, const struct req_plan *pl)
 {
     long long v;
-    if (ci == NULL)
+    if (pl->ci == NULL)
         return 1;
-    switch (ci->id) {
+    switch (pl->id) {
     case CID_SELECT:
         return req->argc != 2 || slice_to_ll(req->argv[1], &v) != 0 || v < 0 ||
-               v >= srv->databases;
+               v >= control_facts()->databases;
     case CID_HELLO:
         return req->argc > 2 || (req->argc == 2 && (slice_to_ll(req->argv[1], &v) != 0 ||
                                                     (v != 2 && v != 3)));
     case CID_CLIENT:
-        return !((req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo")) ||
-                 (req->argc == 3 && slice_eq_nocase(req->argv[1], "no-evict")));
+        return !((req->argc == 4 && pl->words.sub == CSUB_SETINFO) ||
+                 (req->argc == 3 && pl->words.sub == CSUB_NO_EVICT));
     case CID_SCRIPT:        /* the script debugger is per connection */
         return req->argc >= 2 && slice_eq_nocase(req->argv[1], "debug");
     default:
-        return (ci->sflags & CS_PIN) != 0;
+        return (pl->ci->sflags & CS_PIN) != 0;
     }
 }
 
@@ -880,25 +669,25 @@ static int changes_shared_state(const struct session *s, const struct request *r
 }
 
 static enum route shared_route(struct session *s, const struct request *req,
-                               const struct cmd_info *ci)
+                               const struct req_plan *pl)
 {
-    if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->srv) || needs_own(s->srv, req, ci))
+    if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->ctx) || needs_own(req, pl))
         return RT_PIN;
-    if (!changes_shared_state(s, req, ci->id))
+    if (!changes_shared_state(s, req, pl->id))
         return RT_HERE;
     emit_locals(s);         /* our own replies at the head are owed nothing */
     if (s->q.len > 0)
         return RT_WAIT;
-    return ci->id == CID_SELECT ? RT_SELECT : RT_HERE;
+    return pl->id == CID_SELECT ? RT_SELECT : RT_HERE;
 }
 
 /* While a CLIENT PAUSE sent through the proxy lasts, Redis holds each
  * connection's commands back one by one: clients that would share a
  * connection would wait behind each other instead (INFO blocked_clients
  * would count one). Nobody joins a shared connection then. */
-static int paused(const struct server *srv)
+static int paused(const struct clients *cl)
 {
-    return srv->paused_until != 0 && now_ms_monotonic() < srv->paused_until;
+    return cl->paused_until != 0 && now_ms_monotonic() < cl->paused_until;
 }
 
 /* multiplex = on: a session starts on a connection of its own, and joins
@@ -909,44 +698,23 @@ static int paused(const struct server *srv)
  * KILL), as it is without the proxy; one that ever sends a command that
  * needs its own connection stays on it. */
 static void consider_sharing(struct session *s, const struct request *req,
-                             const struct cmd_info *ci)
+                             const struct req_plan *pl)
 {
-    if (needs_own(s->srv, req, ci) || s->be_pass != NULL) {
+    if (needs_own(req, pl) || s->be_pass != NULL) {
         s->stateful = 1;            /* a backend login of its own cannot share either */
         return;
     }
-    if (s->stateful || s->served == 0 || ci->id == CID_SELECT || ci->id == CID_HELLO ||
-        ci->id == CID_CLIENT || s->q.len > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
-        reply_in_progress(s) || !mux_shareable(s->srv) || paused(s->srv) || mux_attach(s) < 0)
+    if (s->stateful || s->served == 0 || pl->id == CID_SELECT || pl->id == CID_HELLO ||
+        pl->id == CID_CLIENT || s->q.len > 0 || tob.n > 0 || bconn_backlog(&s->be) > 0 ||
+        reply_in_progress(s) || !mux_shareable(s->ctx) || paused(s->cl) || mux_attach(s) < 0)
         return;
     bconn_close(&s->be);
     session_set_mode(s, SM_SHARED);
     s->unauth = 0;
 }
 
-/* CLIENT SETINFO LIB-NAME|LIB-VER v, CLIENT NO-EVICT ON|OFF of a shared
- * session: remembered when Redis says +OK (apply_reply()). */
-static void track_carried(const struct request *req, struct pending *p)
-{
-    struct slice arg = req->argv[req->argc - 1];
-    if (req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo") &&
-        slice_eq_nocase(req->argv[2], "lib-name"))
-        p->subkind = CARRY_LIB_NAME;
-    else if (req->argc == 4 && slice_eq_nocase(req->argv[1], "setinfo") &&
-             slice_eq_nocase(req->argv[2], "lib-ver"))
-        p->subkind = CARRY_LIB_VER;
-    else if (req->argc == 3 && slice_eq_nocase(req->argv[1], "no-evict"))
-        p->subkind = CARRY_NO_EVICT;
-    else
-        return;
-    p->what = PW_CARRY;
-    p->local = xmemdup(arg.p, arg.len);
-    p->local_len = (uint32_t)arg.len;
-    p->local_owned = 1;
-}
-
 /* CLIENT REPLY and MULTI decide whether the client gets a reply. */
-static void plan_replies(struct session *s, const struct request *req, struct req_plan *pl)
+void plan_replies(struct session *s, const struct request *req, struct req_plan *pl)
 {
     pl->mt = multi_cmd(req, pl->id);
     pl->queued = s->in_multi && pl->mt == MT_NONE;
@@ -957,7 +725,7 @@ static void plan_replies(struct session *s, const struct request *req, struct re
                                  * the skip of the running command */
     pl->replies = 1;
     pl->skipped = 0;
-    int client_reply = !pl->queued && track_client_reply(s, req, pl->id, &pl->replies);
+    int client_reply = !pl->queued && track_client_reply(s, req, pl, &pl->replies);
     if (!client_reply && (s->reply_off || s->reply_skip)) {
         pl->replies = 0;
         pl->skipped = s->reply_skip;
@@ -969,7 +737,7 @@ static void plan_replies(struct session *s, const struct request *req, struct re
 static enum verdict judge(struct session *s, const struct request *req,
                           const struct req_plan *pl, struct rewrite *rw)
 {
-    if (policy_inactive(s->srv->cfg)) {
+    if (policy_inactive(s->ctx->cfg)) {
         policy_rewrite_reset(rw);
         return V_FORWARD;
     }
@@ -980,13 +748,13 @@ static enum verdict judge(struct session *s, const struct request *req,
                      !s->pushes,
         .client = session_client(s, &c),
     };
-    return policy_check(s->srv->cfg, req, &ctx, rw);
+    return policy_check(s->ctx->cfg, req, &ctx, rw);
 }
 
 static void answer_rejection(struct session *s, const struct req_plan *pl,
                              const struct rewrite *rw)
 {
-    s->srv->stats.rejected++;
+    s->ctx->stats.rejected++;
     if (s->in_multi)
         s->multi_dirty = 1;     /* refused at queue time: EXEC must abort */
     if (pl->replies) {
@@ -1026,21 +794,12 @@ static void send_request(struct session *s, const struct request *req, enum verd
         tob_add(s, req->raw.p, req->raw.len, pl->raw_copy);
         return;
     }
-    s->srv->stats.rewritten++;
+    s->ctx->stats.rewritten++;
     tob_add(s, rw->pre.p, rw->pre.len, 1);
     if (rw->orig_args.len)
         tob_add(s, rw->orig_args.p, rw->orig_args.len, 0);
     if (rw->tail.len)
         tob_add(s, rw->tail.p, rw->tail.len, 1);
-}
-
-/* Cluster: what each command queued in the client's MULTI is, so that
- * EXEC's reply can have its topology replies rewritten, and only those. */
-static void note_queued_topology(struct session *s, const struct request *req, enum cmd_id id)
-{
-    char kind = (char)cluster_topology_kind(id, req->argc, req->argv);
-    sbuf_add(&s->multi_topo, &kind, 1);
-    s->multi_topo_any |= kind != TOPO_NONE;
 }
 
 /* The pending entries for what was sent. */
@@ -1076,7 +835,7 @@ static void expect_replies(struct session *s, const struct request *req,
         owe(s, rw->exec_first + 1);
         return;
     }
-    if (pl->queued && s->srv->cfg->cluster)
+    if (pl->queued && s->ctx->cfg->cluster)
         note_queued_topology(s, req, pl->id);
     if (s->replica)
         return;
@@ -1085,15 +844,15 @@ static void expect_replies(struct session *s, const struct request *req,
          * no reply will confirm or undo them, so they count as sent. */
         struct pending unused = { .kind = PK_FORWARD, .remaining = 0 };
         if (!pl->queued && pl->id != CID_CLIENT)
-            track_request(s, req, pl->id, &unused);
+            track_request(s, req, pl, &unused);
         return;
     }
     struct pending pe = { .kind = PK_FORWARD, .remaining = 1, .rewritten = v == V_REWRITE,
                           .t0 = loop_now_ns };
     if (pl->id == CID_CLIENT)
-        track_carried(req, &pe);
+        track_carried(req, pl, &pe);
     else if (!pl->queued && !track_pubsub(s, req, pl->id, &pe))
-        track_request(s, req, pl->id, &pe);
+        track_request(s, req, pl, &pe);
     if (pl->mt == MT_EXEC && s->in_multi && s->multi_topo_any) {
         /* EXEC's reply holds topology replies: which elements, the entry says. */
         pe.what = PW_TOPOLOGY;
@@ -1137,28 +896,6 @@ static void send_followup(struct session *s, const struct req_plan *pl, const st
     send_internal(s, rw->followup.p, rw->followup.len, 1);
 }
 
-static void track_multi(struct session *s, int mt)
-{
-    switch (mt) {
-    case MT_MULTI:
-        s->in_multi = 1;
-        break;
-    case MT_EXEC:
-        if (!s->in_multi)
-            break;      /* "EXEC without MULTI": Redis keeps the WATCH */
-        if (s->multi_nfix > 0)
-            send_internal(s, s->multi_fix.p, s->multi_fix.len, s->multi_nfix);
-        multi_reset(s);
-        break;
-    case MT_DISCARD:
-        if (s->in_multi)
-            multi_reset(s);
-        break;
-    default:
-        break;
-    }
-}
-
 /* SELECT of a shared session: it moves to the shared connection of that
  * database; Redis would say +OK. */
 static void select_shared(struct session *s, const struct request *req,
@@ -1169,178 +906,6 @@ static void select_shared(struct session *s, const struct request *req,
     s->db = (int)db;
     if (pl->replies)
         queue_local(s, "+OK\r\n", 5, 1);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Client authentication (client_password, [user]): login.c decides         */
-
-static int same_text(const char *a, const char *b)
-{
-    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-/* Is u's backend login the one s's connection has? */
-static int same_backend_login(const struct session *s, const struct auth_user *u)
-{
-    const char *user = u->backend_password != NULL ? u->backend_username : NULL;
-    return same_text(user, s->be_user) && same_text(u->backend_password, s->be_pass);
-}
-
-static void set_backend_login(struct session *s, const struct auth_user *u)
-{
-    free_secret(s->be_user);
-    free_secret(s->be_pass);
-    int own = u->backend_password != NULL;
-    s->be_user = own && u->backend_username != NULL ? xstrdup(u->backend_username) : NULL;
-    s->be_pass = own ? xstrdup(u->backend_password) : NULL;
-    s->be.user = s->be_user;
-    s->be.pass = s->be_pass;
-}
-
-/* Log s's own connection in to Redis again as its backend login: after
- * RESET (which logs a Redis connection out) and after a login as a user
- * with another backend login. The reply is the proxy's. */
-static void relogin(struct session *s)
-{
-    const struct config *cfg = s->srv->cfg;
-    const char *pass = s->be_pass != NULL ? s->be_pass : cfg->backend_password;
-    const char *user = s->be_pass != NULL ? s->be_user : cfg->backend_username;
-    size_t n;
-    if (pass == NULL)
-        return;
-    char *req = auth_request(user, pass, &n);
-    tob_add(s, req, n, 1);
-    OPENSSL_cleanse(req, n);
-    free(req);
-    if (s->reply_off)
-        return;
-    struct pending *e = q_push(s);
-    e->kind = PK_INTERNAL;
-    e->what = PW_RELOGIN;
-    owe(s, 1);
-}
-
-/* Log s in as u. HR_DONE when it is; else what the request waits for: its
- * first connection (SM_AUTH; an AUTH is answered at once, a HELLO goes on
- * once it is open), its own one (a shared session whose user has a backend
- * login of its own), the replies owed before its connection logs in again.
- * *refusal: the error when it cannot be. */
-static enum handled login_as(struct session *s, const struct auth_user *u, int hello,
-                             const char **refusal)
-{
-    int same = same_backend_login(s, u);
-    switch (s->mode) {
-    case SM_AUTH:
-        set_backend_login(s, u);
-        s->authed = 1;
-        open_own_connection(s);
-        return hello ? HR_CONNECT : HR_DONE;
-    case SM_SHARED:
-        if (!same)
-            return HR_PIN;
-        break;
-    case SM_OWN:
-        if (same)
-            break;
-        if (s->q.len > 0)
-            return HR_WAIT;
-        if (u->backend_password == NULL && s->srv->cfg->backend_password == NULL) {
-            *refusal = "-ERR ttlguard: this connection is logged in to Redis as another "
-                       "user's backend_user, and this user has no backend login to replace "
-                       "it: connect again to log in as this user\r\n";
-            return HR_DONE;
-        }
-        set_backend_login(s, u);
-        relogin(s);
-        break;
-    default:
-        set_backend_login(s, u);
-        break;
-    }
-    s->authed = 1;
-    return HR_DONE;
-}
-
-/* HELLO without its AUTH, as it goes on to Redis: encoded into buf. */
-static void hello_request(const struct login *lg, struct sbuf *buf, struct request *out)
-{
-    char hdr[32];
-    buf->len = 0;
-    sbuf_add(buf, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", lg->argc));
-    for (int i = 0; i < lg->argc; i++) {
-        sbuf_add(buf, hdr, (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", lg->argv[i].len));
-        sbuf_add(buf, lg->argv[i].p, lg->argv[i].len);
-        sbuf_add(buf, "\r\n", 2);
-    }
-    out->argc = lg->argc;
-    out->argv = (struct slice *)lg->argv;
-    out->raw = (struct slice){ buf->p, buf->len };
-    out->inline_cmd = 0;
-}
-
-/* POST or Host: before the login: closed at once, what it was owed unsent,
- * as the server's securityWarningCommand() does (and says, once a minute). */
-static void http_refused(struct session *s)
-{
-    static uint64_t last;
-    uint64_t now = now_ms_monotonic();
-    if (last == 0 || now - last >= 60000) {
-        log_warn("possible security attack: client %s sent POST or Host: as a command "
-                 "(an HTTP request?); connection closed", client_name(s));
-        last = now;
-    }
-    s->close_after_flush = 1;       /* the rest of its input is not read */
-    session_close(s);
-}
-
-/* ttlguard logs s in itself: AUTH and HELLO ... AUTH are answered here and
- * nothing else passes before them (login.c). Returns 1 when req was handled
- * (*h: how), 0 when it goes on as *fwd (req, or HELLO without its AUTH). */
-static int client_login(struct session *s, const struct request *req, struct req_plan *pl,
-                        struct request *fwd, enum handled *h)
-{
-    static struct login lg;
-    static struct sbuf hello;
-    const char *refusal = NULL;
-    struct login_ctx cx = {
-        .users = &s->srv->cfg->users, .backend = control_login(), .logged_in = s->authed,
-        .replies_pending = s->replied_in_read || xport_backlog(&s->client) > 0,
-        .cluster = s->srv->cfg->cluster,
-    };
-    login_judge(&cx, req, pl->ci, &lg);
-    if (lg.verdict == LV_PASS)
-        return 0;
-    *h = HR_DONE;
-    if (lg.verdict == LV_CLOSE) {
-        http_refused(s);
-        return 1;
-    }
-    if (s->in_multi) {
-        refusal = "-ERR ttlguard answers AUTH itself and cannot queue it in MULTI: "
-                  "send it before MULTI\r\n";
-        s->multi_dirty = 1;
-    } else if (lg.who != NULL) {
-        *h = login_as(s, lg.who, lg.verdict == LV_HELLO, &refusal);
-        if (*h != HR_DONE)
-            return 1;
-    }
-    if (lg.verdict == LV_HELLO && refusal == NULL) {
-        hello_request(&lg, &hello, fwd);
-        pl->raw_copy = 1;
-        return 0;
-    }
-    *h = HR_DONE;
-    s->srv->stats.requests++;
-    plan_replies(s, req, pl);
-    s->srv->stats.auth_errors += lg.failed;
-    if (pl->replies && (refusal != NULL || lg.verdict != LV_SILENT))
-        queue_local(s, refusal != NULL ? refusal : lg.reply.p,
-                    refusal != NULL ? strlen(refusal) : lg.reply.len, 0);
-    if (lg.verdict == LV_QUIT) {
-        s->close_after_flush = 1;
-        client_read_stop(s);
-    }
-    return 1;
 }
 
 /* Will Redis run a command in the client's pub/sub context? */
@@ -1370,7 +935,7 @@ static enum pubsub_verdict pubsub_context(const struct session *s, enum cmd_id i
  * REPLY, AUTH). */
 static void forward_refused(struct session *s, const struct request *req)
 {
-    s->srv->stats.requests++;
+    s->ctx->stats.requests++;
     s->be.t->requests++;
     s->served++;
     tob_add(s, req->raw.p, req->raw.len, 0);
@@ -1385,9 +950,10 @@ static void forward_refused(struct session *s, const struct request *req)
 
 static enum handled handle_request(struct session *s, const struct request *req)
 {
-    struct req_plan pl = { .ci = command_resolve(s->srv->commands, req->argv[0].p,
+    struct req_plan pl = { .ci = command_resolve(control_facts()->commands, req->argv[0].p,
                                                  req->argv[0].len) };
     pl.id = pl.ci != NULL ? pl.ci->id : CID_OTHER;
+    pl.words = command_words(pl.id, req->argc, req->argv);
     struct request fwd = *req;
     enum handled h;
     if (s->mode == SM_OWN) {        /* a subscriber has a connection of its own */
@@ -1402,16 +968,16 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
         return h;
     req = &fwd;
-    if (s->mode == SM_OWN && s->srv->cfg->multiplex)
-        consider_sharing(s, req, pl.ci);
-    enum route rt = s->mode == SM_SHARED ? shared_route(s, req, pl.ci) : RT_HERE;
+    if (s->mode == SM_OWN && s->ctx->cfg->multiplex)
+        consider_sharing(s, req, &pl);
+    enum route rt = s->mode == SM_SHARED ? shared_route(s, req, &pl) : RT_HERE;
     /* AUTH, or HELLO ... AUTH. Redis 8.0 and Valkey 8.1 send no reply at all
      * to a failed AUTH that arrives while an earlier reply of the connection
      * is still pending (redis#15640): the proxy, which pairs replies with
      * requests by count, would then give every later reply to the wrong
      * request. On its own connection a session sends one only when nothing
      * is owed (the shared connection is left for one that way already). */
-    if (s->mode == SM_OWN && s->q.len > 0 && login_carries_auth(req, pl.id))
+    if (s->mode == SM_OWN && s->q.len > 0 && login_carries_auth(pl.id, &pl.words))
         return HR_WAIT;
     if (s->mode == SM_OWN)
         s->served++;
@@ -1419,7 +985,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
         return HR_PIN;
     if (rt == RT_WAIT)
         return HR_WAIT;
-    s->srv->stats.requests++;
+    s->ctx->stats.requests++;
     s->be.t->requests++;
     if (rt == RT_SELECT) {
         plan_replies(s, req, &pl);
@@ -1444,7 +1010,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
         return HR_DONE;
     }
     if (!pl.queued)
-        track_identity(s, req, pl.id);
+        track_identity(s, req, &pl);
     send_request(s, req, v, &pl, &rw);
     expect_replies(s, req, &pl, v, &rw);
     send_followup(s, &pl, &rw);
@@ -1461,7 +1027,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
  * reply. Redis 8.0 resets nothing: the SKIP waits for the next command. */
 static void empty_request(struct session *s)
 {
-    if (!s->reply_skip || (command_set_features(s->srv->commands) & FT_EMPTY_NO_RESET))
+    if (!s->reply_skip || (command_set_features(control_facts()->commands) & FT_EMPTY_NO_RESET))
         return;
     s->reply_skip = 0;
     tob_add(s, "\r\n", 2, 1);
@@ -1483,10 +1049,10 @@ static int only_forwarded(enum cmd_id id)
  * before its large argument and none is under a rule (the default allows). */
 static int outside_rules(const struct session *s, const struct request *req)
 {
-    const struct config *cfg = s->srv->cfg;
+    const struct config *cfg = s->ctx->cfg;
     if (policy_inactive(cfg))
         return 1;
-    const struct cmd_info *ci = command_resolve(s->srv->commands, req->argv[0].p,
+    const struct cmd_info *ci = command_resolve(control_facts()->commands, req->argv[0].p,
                                                 req->argv[0].len);
     if (ci == NULL || (ci->feat & FT_NEWER) || cfg->rules.dflt.action != ACTION_ALLOW)
         return 0;
@@ -1514,7 +1080,7 @@ static enum handled stream_head(struct session *s, const struct request *req)
 {
     if (req->argc < 1)
         return HR_HOLD;             /* the large argument is the command's name */
-    const struct cmd_info *ci = command_resolve(s->srv->commands, req->argv[0].p,
+    const struct cmd_info *ci = command_resolve(control_facts()->commands, req->argv[0].p,
                                                 req->argv[0].len);
     if (ci == NULL || !only_forwarded(ci->id) || s->unauth || s->replica ||
         s->monitor || (s->ttlg_auth && !s->authed) || s->nchan + s->npat + s->nshard > 0 ||
@@ -1528,7 +1094,7 @@ static enum handled stream_head(struct session *s, const struct request *req)
         return HR_HOLD;
     s->stateful = 1;
     s->served++;
-    s->srv->stats.requests++;
+    s->ctx->stats.requests++;
     s->be.t->requests++;
     struct req_plan pl = { .ci = ci, .id = ci->id };
     plan_replies(s, req, &pl);
@@ -1592,18 +1158,18 @@ static int keep_rest(struct session *s, const char *data, size_t len, size_t pos
  * Our own replies at the head are owed nothing: they go first. */
 static int pending_full(struct session *s)
 {
-    if ((uint32_t)s->srv->cfg->max_pending > s->q.len)
+    if ((uint32_t)s->ctx->cfg->max_pending > s->q.len)
         return 0;
     if (!reply_in_progress(s))
         emit_locals(s);
-    s->cap_wait = (uint32_t)s->srv->cfg->max_pending <= s->q.len;
+    s->cap_wait = (uint32_t)s->ctx->cfg->max_pending <= s->q.len;
     return s->cap_wait;
 }
 
 /* A reply came in: requests held back by max_pending go on. */
 static void pending_resume(struct session *s)
 {
-    if (!s->cap_wait || s->closing || s->q.len >= (uint32_t)s->srv->cfg->max_pending)
+    if (!s->cap_wait || s->closing || s->q.len >= (uint32_t)s->ctx->cfg->max_pending)
         return;
     s->cap_wait = 0;
     process_input(s, s->ibuf, s->ilen, 1);
@@ -1618,7 +1184,7 @@ static void process_input(struct session *s, const char *data, size_t len, int i
     }
     int unauth = s->unauth || (s->ttlg_auth && !s->authed);    /* the framer's limits */
     req_framer_set_unauthenticated(s->framer, unauth);
-    req_framer_set_inline_join(s->framer, command_set_features(s->srv->commands) & FT_INLINE_JOIN);
+    req_framer_set_inline_join(s->framer, command_set_features(control_facts()->commands) & FT_INLINE_JOIN);
 
     size_t pos = 0;
     struct request req;
@@ -1635,7 +1201,7 @@ static void process_input(struct session *s, const char *data, size_t len, int i
             break;
         }
         if (rc < 0) {
-            s->srv->stats.protocol_errors++;
+            s->ctx->stats.protocol_errors++;
             const char *msg = req_framer_error(s->framer);
             log_debug("client protocol error: %s", msg);
             queue_error(s, msg);
@@ -1767,15 +1333,15 @@ static void serve_waiting(struct session *s)
 static void be_ready(struct bconn *b)
 {
     struct session *s = b->owner;
-    struct server *srv = s->srv;
-    if (!srv->commands_ready && !policy_inactive(srv->cfg)) {
+    const struct backend_facts *bf = control_facts();
+    if (!bf->commands_ready && !policy_inactive(s->ctx->cfg)) {
         /* Rules judge commands by the backend's own table: wait for it
          * (session_commands_ready()). The client is not read meanwhile. */
         s->ident_wait = 1;
         return;
     }
-    s->auth_required = !s->ttlg_auth && srv->cfg->backend_password == NULL &&
-                       srv->clients_must_auth;
+    s->auth_required = !s->ttlg_auth && s->ctx->cfg->backend_password == NULL &&
+                       bf->clients_must_auth;
     s->unauth = s->auth_required;
     session_set_mode(s, SM_OWN);
     if (s->was_shared)
@@ -1851,7 +1417,7 @@ static const struct bconn_ops be_ops = {
     be_ready, be_reply, be_read_end, be_failed, be_closed, be_written,
 };
 
-static void open_own_connection(struct session *s)
+void open_own_connection(struct session *s)
 {
     session_set_mode(s, SM_WAIT);
     if (s->be.state != BC_IDLE) {
@@ -1906,7 +1472,7 @@ static void on_client_tls(struct xport *x, const char *why)
     struct session *s = x->h.handle.data;
     if (why == NULL || s->closing)
         return;
-    s->srv->stats.tls_handshake_errors++;
+    s->ctx->stats.tls_handshake_errors++;
     log_info("TLS handshake with client %s failed: %s", client_name(s), why);
     session_close(s);
 }
@@ -1920,16 +1486,16 @@ static void on_client_tls(struct xport *x, const char *why)
 static int protected_refusal(struct session *s, int tls)
 {
     static uint64_t last;
-    struct server *srv = s->srv;
-    const struct config *cfg = srv->cfg;
+    const struct backend_facts *bf = control_facts();
+    const struct config *cfg = s->ctx->cfg;
     struct sockaddr_storage ss;
     int len = sizeof ss;
     if (!cfg->protected_mode || cfg->users.n > 0 || cfg->backend_password != NULL ||
-        (srv->auth_known && srv->clients_must_auth) || s->client.h.handle.type != UV_TCP ||
+        (bf->auth_known && bf->clients_must_auth) || s->client.h.handle.type != UV_TCP ||
         uv_tcp_getpeername(&s->client.h.tcp, (struct sockaddr *)&ss, &len) != 0 ||
         sockaddr_is_loopback(&ss))
         return 0;
-    srv->stats.clients_denied++;
+    s->ctx->stats.clients_denied++;
     if (last == 0 || now_ms_monotonic() - last >= 60000) {
         last = now_ms_monotonic();
         log_warn("protected mode: client %s refused: it is not on this host and no password "
@@ -1946,20 +1512,22 @@ static int protected_refusal(struct session *s, int tls)
     return 1;
 }
 
-void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls,
+void session_accept(struct clients *cl, uv_stream_t *listener, struct tls_context *tls,
                     struct target *target)
 {
+    struct loop_ctx *ctx = cl->ctx;
     struct session *s = xcalloc(1, sizeof *s);
-    s->srv = srv;
+    s->ctx = ctx;
+    s->cl = cl;
     session_set_mode(s, SM_DOWN);
-    bconn_init(&s->be, srv, &be_ops, s);
+    bconn_init(&s->be, ctx, &be_ops, s);
     s->be.t = target;           /* its own connections and its shared ones go there */
     target->sessions++;
 
     if (listener->type == UV_TCP)
-        uv_tcp_init(srv->loop, &s->client.h.tcp);
+        uv_tcp_init(ctx->loop, &s->client.h.tcp);
     else
-        uv_pipe_init(srv->loop, &s->client.h.pipe, 0);
+        uv_pipe_init(ctx->loop, &s->client.h.pipe, 0);
     s->client.h.handle.data = s;
     s->handles = 1;
     if (uv_accept(listener, &s->client.h.stream) != 0) {
@@ -1968,20 +1536,20 @@ void session_accept(struct server *srv, uv_stream_t *listener, struct tls_contex
         return;
     }
     /* link before anything can close it */
-    s->next = srv->sessions;
-    if (srv->sessions)
-        srv->sessions->prev = s;
-    srv->sessions = s;
-    srv->nsessions++;
-    srv->nclients++;
-    srv->stats.clients_accepted++;
+    s->next = cl->all;
+    if (cl->all)
+        cl->all->prev = s;
+    cl->all = s;
+    cl->nsessions++;
+    cl->nclients++;
+    ctx->stats.clients_accepted++;
     s->last_active = s->accepted = now_ms_monotonic();
 
-    if (srv->nclients > srv->cfg->max_clients) {
+    if (cl->nclients > ctx->cfg->max_clients) {
         /* As redis does: say why, then close (a TLS client before its
          * handshake cannot be told: it is closed, as redis does too). */
         static const char msg[] = "-ERR max number of clients reached\r\n";
-        srv->stats.clients_rejected++;
+        ctx->stats.clients_rejected++;
         uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
         if (tls == NULL)
             uv_try_write(&s->client.h.stream, &b, 1);
@@ -1996,7 +1564,7 @@ void session_accept(struct server *srv, uv_stream_t *listener, struct tls_contex
         session_close(s);
         return;
     }
-    if (srv->cfg->users.n > 0) {
+    if (ctx->cfg->users.n > 0) {
         s->ttlg_auth = 1;       /* no backend connection before the login */
         session_set_mode(s, SM_AUTH);
         session_resume(s);
@@ -2007,7 +1575,7 @@ void session_accept(struct server *srv, uv_stream_t *listener, struct tls_contex
 
 void session_cron(struct session *s, uint64_t now)
 {
-    const struct config *cfg = s->srv->cfg;
+    const struct config *cfg = s->ctx->cfg;
     if (s->closing)
         return;
     bconn_cron(&s->be, now);
@@ -2015,7 +1583,7 @@ void session_cron(struct session *s, uint64_t now)
         return;
     if (s->client.tls != NULL && !tls_handshake_done(s->client.tls) &&
         now - s->accepted >= CLIENT_TLS_HANDSHAKE_MS) {
-        s->srv->stats.tls_handshake_errors++;
+        s->ctx->stats.tls_handshake_errors++;
         log_info("TLS handshake with client %s failed: not done within %d ms",
                  client_name(s), CLIENT_TLS_HANDSHAKE_MS);
         session_close(s);

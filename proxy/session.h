@@ -6,17 +6,29 @@
 #ifndef TTLG_SESSION_H
 #define TTLG_SESSION_H
 
+#include <stdint.h>
 #include <uv.h>
 
-struct server;
+struct loop_ctx;
 struct session;
 struct tls_context;
 struct target;
 
+/* The client side as a whole (server.c holds it): every session, and what
+ * they keep together. */
+struct clients {
+    struct loop_ctx *ctx;
+    struct session *all;             /* all live sessions, doubly linked */
+    int nsessions;                   /* allocated, closing ones included */
+    int nclients;                    /* open client connections (not closing) */
+    uint64_t paused_until;           /* monotonic ms: a CLIENT PAUSE seen lasts until then */
+    void (*gone)(struct clients *cl);    /* a session has freed itself */
+};
+
 /* Accept a pending connection on listener and start its session; tls: the
  * listener's TLS context (tls_listen), or NULL; target: where its requests
  * go (the backend, or a cluster node). */
-void session_accept(struct server *srv, uv_stream_t *listener, struct tls_context *tls,
+void session_accept(struct clients *cl, uv_stream_t *listener, struct tls_context *tls,
                     struct target *target);
 
 /* Periodic work (idle timeout, connect timeout, shutdown drain); now in monotonic ms. */
@@ -30,7 +42,7 @@ void session_close(struct session *s);
 
 struct session *session_next(const struct session *s);
 
-/* The backend's commands are known (server_set_commands()): a session that
+/* The backend's commands are known (control.h): a session that
  * waited for them is served. */
 void session_commands_ready(struct session *s);
 

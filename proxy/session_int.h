@@ -1,6 +1,7 @@
 /*
- * session_int: what the client side (session.c, reply.c) and the shared
- * connection (mux.c) share. Not for other modules: they use session.h.
+ * session_int: what the client side (session.c, mirror.c, session_login.c,
+ * reply.c) and the shared connection (mux.c) share. Not for other modules:
+ * they use session.h.
  */
 #ifndef TTLG_SESSION_INT_H
 #define TTLG_SESSION_INT_H
@@ -10,6 +11,8 @@
 
 #include "backend.h"
 #include "cluster.h"
+#include "commands.h"
+#include "loop.h"
 #include "policy.h"
 #include "resp_reply.h"
 #include "resp_request.h"
@@ -26,7 +29,7 @@ enum session_mode {
     SM_WAIT,        /* its own connection is being opened: the client is not read */
     SM_OWN,         /* its own backend connection (1:1) */
     SM_SHARED,      /* the shared connection (multiplex = on) */
-    SM_DOWN,        /* no backend: requests get srv->down_reason, then the session closes */
+    SM_DOWN,        /* no backend: requests get its target's down_reason, then the session closes */
     SM_LOST,        /* the backend went away after it was ready: what was received goes
                        out, then the session closes */
 };
@@ -69,7 +72,32 @@ enum exec_phase { XP_START, XP_HEADER, XP_FIRST, XP_REST, XP_ALL };
 enum sub_kind { SUB_CHANNEL, SUB_PATTERN, SUB_SHARD };
 
 /* State a shared session carries, replayed on its own connection. */
-enum carried { CARRY_LIB_NAME, CARRY_LIB_VER, CARRY_NO_EVICT };
+enum carried { CARRY_LIB_NAME, CARRY_LIB_VER, CARRY_NO_EVICT_ON, CARRY_NO_EVICT_OFF };
+
+/* MULTI, EXEC, DISCARD (multi_cmd()). */
+enum { MT_NONE, MT_MULTI, MT_EXEC, MT_DISCARD };
+
+/* What handle_request() did with a request. */
+enum handled {
+    HR_DONE,        /* handled: forwarded, rewritten or answered */
+    HR_PIN,         /* not handled: it waits for the session's own connection */
+    HR_WAIT,        /* not handled: it waits until nothing is owed on the shared connection */
+    HR_CONNECT,     /* not handled: it waits for the connection its login opened */
+    HR_STREAM,      /* a large request's head was sent: its rest passes as it arrives */
+    HR_HOLD,        /* a large request's head: it is handled once it is whole */
+};
+
+/* What one request needs, decided before anything is sent. */
+struct req_plan {
+    const struct cmd_info *ci;  /* NULL: a command Redis does not know */
+    enum cmd_id id;
+    struct cmd_words words;     /* CLIENT's and HELLO's words, resolved with the command */
+    int mt;                     /* MT_* */
+    int queued;                 /* inside MULTI: Redis only queues it */
+    int replies;                /* the client gets a reply */
+    int skipped;                /* ... it does not, because of CLIENT REPLY SKIP */
+    int raw_copy;               /* req->raw is not in the input: copy it (HELLO without AUTH) */
+};
 
 struct pending {
     uint8_t kind;           /* enum pend_kind */
@@ -88,8 +116,9 @@ struct pending {
 };
 
 struct session {
-    struct server *srv;
-    struct session *prev, *next;    /* srv->sessions */
+    struct loop_ctx *ctx;
+    struct clients *cl;
+    struct session *prev, *next;    /* cl->all */
 
     struct xport client;            /* the client's socket, plain or TLS (tls_listen) */
     struct bconn be;                /* its own backend connection (SM_WAIT, SM_OWN) */
@@ -183,11 +212,6 @@ void emit_locals(struct session *s);
 /* Bytes for s's client: copied, or a span valid until the flush. */
 void toc_add(struct session *s, const char *p, size_t n, int copy);
 
-/* Cluster: while a redirect to a node not known yet waits for a topology
- * read, what would go to the client is kept in order instead: bytes as
- * they are ('R'), redirects to rewrite once the read is done ('M'). */
-void park_add(struct session *s, char kind, const char *p, size_t n);
-void session_unpark(struct session *s);
 /* Who s is, for an event (c is filled and returned). */
 const struct ev_client *session_client(struct session *s, struct ev_client *c);
 /* Close once everything owed has been written (close_after_flush). */
@@ -195,10 +219,67 @@ void maybe_finish(struct session *s);
 /* The reply to SYNC/PSYNC is next: the connection becomes a replication stream. */
 void enter_replica(struct session *s);
 
+/* session.c, for mirror.c and session_login.c: the queue, the batch towards
+ * Redis, the client */
+
+/* A follow-up request whose reply the proxy swallows (count replies). */
+void send_internal(struct session *s, const char *p, size_t len, int count);
+
+struct pending *q_push(struct session *s);
+/* n more replies are owed on the connection s's requests go to. */
+void owe(struct session *s, int n);
+/* Bytes for Redis: copied, or a span valid until the flush. */
+void tob_add(struct session *s, const char *p, size_t n, int copy);
+/* Our own reply, sent when it reaches the head of the queue. */
+void queue_local(struct session *s, const char *text, size_t len, int is_static);
+/* CLIENT REPLY and MULTI decide whether the client gets a reply. */
+void plan_replies(struct session *s, const struct request *req, struct req_plan *pl);
+void open_own_connection(struct session *s);
+void client_read_stop(struct session *s);
+/* The client's address, for log lines. */
+const char *client_name(struct session *s);
+/* Free a string that holds a password (cleansed first); NULL is fine. */
+void free_secret(char *p);
+
+/* session_login.c, for session.c: ttlguard logs its clients in (ttlg_auth) */
+
+/* AUTH and HELLO ... AUTH are answered here and nothing else passes before
+ * them. Returns 1 when req was handled (*h: how), 0 when it goes on as *fwd
+ * (req, or HELLO without its AUTH). */
+int client_login(struct session *s, const struct request *req, struct req_plan *pl,
+                 struct request *fwd, enum handled *h);
+/* Log s's own connection in to Redis again as its backend login. */
+void relogin(struct session *s);
+
+/* mirror.c, for session.c: the protocol state mirrored from requests */
+
+void track_request(struct session *s, const struct request *req, const struct req_plan *pl,
+                   struct pending *p);
+/* RESP2/RESP3 subscribe-family: returns 1 and fills p when id is one. */
+int track_pubsub(struct session *s, const struct request *req, enum cmd_id id,
+                 struct pending *p);
+/* CLIENT REPLY ON|OFF|SKIP: returns 1 (and whether it gets a reply) when req is one. */
+int track_client_reply(struct session *s, const struct request *req, const struct req_plan *pl,
+                       int *replies);
+void track_identity(struct session *s, const struct request *req, const struct req_plan *pl);
+void track_carried(const struct request *req, const struct req_plan *pl, struct pending *p);
+int multi_cmd(const struct request *req, enum cmd_id id);     /* MT_* */
+void track_multi(struct session *s, int mt);
+void multi_reset(struct session *s);
+void note_queued_topology(struct session *s, const struct request *req, enum cmd_id id);
+
 /* reply.c, for session.c and mux.c */
 
 /* Bytes of one reply for s from the connection its requests went to. */
 void session_reply(struct session *s, const char *p, size_t n, int done, char type, int start);
+
+/* reply.c, for session.c */
+
+/* Cluster: while a redirect to a node not known yet waits for a topology
+ * read, what would go to the client is kept in order instead: bytes as
+ * they are ('R'), redirects to rewrite once the read is done ('M'). The
+ * read's end gives them out (reply.c). */
+void park_add(struct session *s, char kind, const char *p, size_t n);
 
 /* session.c, for mux.c */
 
@@ -213,7 +294,7 @@ void session_pause(struct session *s);
 
 /* mux.c, for session.c */
 
-int mux_shareable(struct server *srv);
+int mux_shareable(const struct loop_ctx *ctx);
 /* Join the shared connection of s's state at accept, so that losing it ends
  * s like Redis ends its clients. -1: there is none to be had. */
 int mux_attach(struct session *s);

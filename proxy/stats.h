@@ -1,6 +1,6 @@
 /*
  * stats: request latency histograms and the backend connection gauge, the
- * numbers behind /metrics that struct stats (server.h) does not hold.
+ * numbers behind /metrics that struct stats (loop.h) does not hold.
  *
  * stats_latency_observe() runs once per forwarded request, so it is inline
  * and touches one cache line: a bucket index found by at most STATS_NBOUNDS

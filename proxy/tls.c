@@ -13,8 +13,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "stream.h"
 #include "tls.h"
-#include "transport.h"
 #include "util.h"
 
 #define CIPHER_CHUNK    (64 * 1024)     /* one socket read of ciphertext */
@@ -35,7 +35,7 @@ struct tls {
     tls_handshake_fn handshake;
     char *early;                /* plaintext written before the handshake was done */
     size_t early_len, early_cap;
-    xport_done_fn early_done;
+    tls_write_done_fn early_done;
     void *early_ctx;
     int eof;                    /* a negative code from the socket, told after the plaintext */
     unsigned reading:1;         /* the owner reads */
@@ -299,7 +299,7 @@ static void set_error(struct tls *t, int ssl_err)
 }
 
 /* Hand what OpenSSL wrote to the socket. */
-static int flush_out(struct tls *t, xport_done_fn done, void *ctx)
+static int flush_out(struct tls *t, tls_write_done_fn done, void *ctx)
 {
     size_t n = BIO_ctrl_pending(t->wbio);
     if (n == 0)

@@ -11,7 +11,7 @@
  *
  * No thread, no extra copy beyond the encryption itself: the ciphertext is
  * written from the BIO's memory, and only what the kernel refuses is copied
- * into a queued chunk, as for plain writes (transport.c).
+ * into a queued chunk, as for plain writes (stream.c).
  *
  * Handshake: tls_start() begins it; it runs on the reads while the owner
  * is not reading yet, and `handshake` is called once with NULL (done) or the
@@ -88,7 +88,7 @@ void tls_free(struct tls *t);
 int tls_read_start(struct xport *x, uv_alloc_cb alloc_cb, uv_read_cb read_cb);
 void tls_read_stop(struct xport *x);
 
-/* A queued write finished (status as libuv's): transport.h's xport_done_fn. */
+/* A queued write finished (status as libuv's): stream.h's stream_done_fn. */
 typedef void (*tls_write_done_fn)(void *ctx, int status);
 int tls_writev(struct xport *x, const uv_buf_t *iov, int n, tls_write_done_fn done, void *ctx);
 

@@ -13,12 +13,12 @@
  *                         TLS:   tls.c decrypts into the owner's own buffers
  *
  * The handle's `data` belongs to the owner; tls.c finds its session from the
- * handle, which is the first member of struct xport.
+ * handle, which is the first member of struct xport (stream.h).
  *
- * Writes: what the kernel does not take at once is copied into one chunk on
- * libuv's write queue, freed in its callback, which then calls `done` (when
- * given). Errors: 0 or a negative libuv code; xport_strerror() gives the
- * words for one, TLS's own reason where TLS failed.
+ * Writes: the plain ones and TLS's ciphertext go through stream_writev
+ * (stream.h): what the kernel does not take at once is queued. Errors: 0
+ * or a negative libuv code; xport_strerror() gives the words for one, TLS's
+ * own reason where TLS failed.
  */
 #ifndef TTLG_TRANSPORT_H
 #define TTLG_TRANSPORT_H
@@ -26,23 +26,11 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "stream.h"
 #include "tls.h"
 
-/* Any of the stream handles the proxy uses, so one struct holds either. */
-union stream {
-    uv_handle_t handle;
-    uv_stream_t stream;
-    uv_tcp_t tcp;
-    uv_pipe_t pipe;
-};
-
-struct xport {
-    union stream h;         /* first: tls.c goes from the handle to the xport */
-    struct tls *tls;        /* NULL: plain */
-};
-
 /* A queued write finished (status as libuv's). */
-typedef tls_write_done_fn xport_done_fn;
+typedef stream_done_fn xport_done_fn;
 
 /* Write the n buffers (total bytes in all). */
 int xport_writev(struct xport *x, const uv_buf_t *iov, int n, size_t total,
@@ -54,10 +42,6 @@ static inline int xport_write(struct xport *x, const char *p, size_t n, xport_do
     uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
     return n == 0 ? 0 : xport_writev(x, &b, 1, n, done, ctx);
 }
-
-/* The plain write underneath (tls.c writes its ciphertext with it). */
-int stream_writev(uv_stream_t *dst, const uv_buf_t *iov, int n, size_t total,
-                  xport_done_fn done, void *ctx);
 
 static inline int xport_read_start(struct xport *x, uv_alloc_cb alloc_cb, uv_read_cb read_cb)
 {

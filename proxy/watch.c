@@ -6,9 +6,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "config.h"
 #include "events.h"
+#include "loop.h"
 #include "rules.h"
-#include "server.h"
 #include "util.h"
 #include "watch.h"
 
@@ -43,7 +44,7 @@ static const char *const harmless[] = {
 };
 
 static struct watch {
-    struct server *srv;
+    struct loop_ctx *ctx;
     int on, stopping;
     int restart;                /* watch = on again while the connections still close */
     struct bconn sub, cmd;
@@ -101,7 +102,7 @@ static int watched(const struct rule *r)
 /* PSUBSCRIBE for the rules of the running config, into b; w.pat gets them. */
 static void build_psubscribe(struct sbuf *b)
 {
-    const struct ruleset *rs = &w.srv->cfg->rules;
+    const struct ruleset *rs = &w.ctx->cfg->rules;
     size_t lens[1024];
     free_patterns();
     w.pat = xcalloc(rs->n + 1, sizeof *w.pat);
@@ -182,7 +183,7 @@ static void ask_flags(void)
 /* The reply to CONFIG GET notify-keyspace-events: "*2 $22 name $N flags". */
 static void flags_seen(const char *p, size_t n, char type)
 {
-    const struct config *cfg = w.srv->cfg;
+    const struct config *cfg = w.ctx->cfg;
     char have[64] = "", missing[16] = "";
     const char *v = type == '*' ? memmem(p, n, "events\r\n$", 9) : NULL;
     if (v != NULL) {
@@ -233,7 +234,7 @@ static void flags_seen(const char *p, size_t n, char type)
 
 static void found(const struct owed *o, int fixed)
 {
-    const struct rule *r = rules_match(&w.srv->cfg->rules, o->key, o->klen);
+    const struct rule *r = rules_match(&w.ctx->cfg->rules, o->key, o->klen);
     char detail[160];
     double ms = (double)(loop_now_ns - o->t0) / 1e6;
     w.st.found++;
@@ -355,7 +356,7 @@ static void notification(struct slice chan, struct slice ev)
         return;
     const char *key = e + 3;
     size_t klen = (size_t)(end - key);
-    const struct rule *r = rules_match(&w.srv->cfg->rules, key, klen);
+    const struct rule *r = rules_match(&w.ctx->cfg->rules, key, klen);
     if (!watched(r))
         return;
     if (w.cmd.state != BC_READY || w.q.len >= WATCH_OWED_MAX) {
@@ -545,10 +546,10 @@ static void resubscribe(void)
 
 /* ------------------------------------------------------------------------ */
 
-void watch_apply(struct server *srv)
+void watch_apply(struct loop_ctx *ctx)
 {
-    w.srv = srv;
-    if (!srv->cfg->watch) {
+    w.ctx = ctx;
+    if (!ctx->cfg->watch) {
         watch_stop();
         return;
     }
@@ -563,8 +564,8 @@ void watch_apply(struct server *srv)
     w.restart = 0;
     w.on = 1;
     w.stopping = 0;
-    bconn_init(&w.sub, srv, &sub_ops, &w);
-    bconn_init(&w.cmd, srv, &cmd_ops, &w);
+    bconn_init(&w.sub, ctx, &sub_ops, &w);
+    bconn_init(&w.cmd, ctx, &cmd_ops, &w);
     w.sub.counts = w.cmd.counts = 0;
     bconn_connect(&w.cmd, 1);
     bconn_connect(&w.sub, 1);
@@ -594,7 +595,7 @@ void watch_stop(void)
 void watch_cron(uint64_t now)
 {
     if (w.restart)
-        watch_apply(w.srv);
+        watch_apply(w.ctx);
     if (!w.on)
         return;
     bconn_cron(&w.sub, now);

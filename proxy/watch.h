@@ -37,7 +37,7 @@
 
 #include <stdint.h>
 
-struct server;
+struct loop_ctx;
 
 struct watch_stats {
     uint64_t notifications;     /* keyspace notifications read */
@@ -53,7 +53,7 @@ struct watch_stats {
 
 /* Start when cfg->watch (a no-op otherwise); after a reload, start, stop or
  * resubscribe to the new rules' prefixes. */
-void watch_apply(struct server *srv);
+void watch_apply(struct loop_ctx *ctx);
 void watch_stop(void);
 void watch_cron(uint64_t now);
 /* A reload changed the backend address: reconnect both. */

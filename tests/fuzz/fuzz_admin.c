@@ -33,10 +33,13 @@
 #include "backend.h"
 #include "config.h"
 #include "events.h"
-#include "server.h"
+#include "loop.h"
+#include "session.h"
 #include "fuzz_check.h"
 
-static struct server srv;
+static struct loop_ctx ctx;
+static struct target backend;
+static struct clients clients = { .ctx = &ctx };
 static struct config cfg;
 static int port;
 
@@ -64,13 +67,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     close(fd);
     check(config_load(path, &cfg, err, sizeof err) == 0);
     unlink(path);
-    srv.loop = uv_default_loop();
-    srv.cfg = &cfg;
+    ctx.loop = uv_default_loop();
+    ctx.cfg = &cfg;
+    ctx.backend = &backend;
     struct addr a;
     check(addr_parse(cfg.backend, &a, err, sizeof err) == 0);
-    target_set(&srv.backend, &srv, &a, 1);
-    check(events_init(srv.loop, &cfg, err, sizeof err) == 0);
-    check(admin_start(&srv, err, sizeof err) == 0);
+    target_set(&backend, &ctx, &a, 1);
+    check(events_init(ctx.loop, &cfg, err, sizeof err) == 0);
+    check(admin_start(&ctx, &clients, err, sizeof err) == 0);
     return 0;
 }
 
@@ -123,7 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t deadline = uv_hrtime() + 3000000000ull;
     while (!eof) {
         check(uv_hrtime() < deadline);      /* the endpoint must answer or close */
-        uv_run(srv.loop, UV_RUN_NOWAIT);
+        uv_run(ctx.loop, UV_RUN_NOWAIT);
         if (at < size) {
             size_t k = size - at < piece ? size - at : piece;
             ssize_t w = send(fd, data + at, k, MSG_NOSIGNAL);
@@ -147,7 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     close(fd);
-    uv_run(srv.loop, UV_RUN_NOWAIT);
+    uv_run(ctx.loop, UV_RUN_NOWAIT);
     if (responses_ok(out, got) != 0) {
         size_t from = got > 600 ? got - 600 : 0;
         fprintf(stderr, "answers (%zu bytes), the last ones:\n%.*s\n", got, (int)(got - from), out + from);

@@ -196,7 +196,9 @@ static void judge(struct judged *j, const char *server, int with_command,
     j->req.argv = j->argv;
     struct command_set *set = command_set_new(&id);
     struct login_ctx cx = { .users = users, .backend = &lb, .replies_pending = pending };
-    login_judge(&cx, &j->req, command_resolve(set, argv[0], j->argv[0].len), &j->lg);
+    const struct cmd_info *ci = command_resolve(set, argv[0], j->argv[0].len);
+    struct cmd_words w = command_words(ci != NULL ? ci->id : CID_OTHER, j->req.argc, j->argv);
+    login_judge(&cx, &j->req, ci, &w, &j->lg);
     command_set_free(set);
 }
 

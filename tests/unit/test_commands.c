@@ -185,6 +185,39 @@ Test(lookup, resolve_gives_id_and_flags)
     cr_assert_null(command_resolve(test_set(), "get\0", 4));
 }
 
+/* command_words() of a command line, whose argv[0] has enum cmd_id id. */
+static struct cmd_words words_of(int id, const char *text)
+{
+    static struct line l;
+    split(&l, text);
+    return command_words(id, l.argc, l.argv);
+}
+
+Test(words, client_subcommands_and_their_word)
+{
+    static const struct { int id; const char *text; int sub, arg; } cases[] = {
+        { CID_CLIENT, "client REPLY off", CSUB_REPLY, CARG_OFF },
+        { CID_CLIENT, "CLIENT setinfo LIB-VER 1.0", CSUB_SETINFO, CARG_LIB_VER },
+        { CID_CLIENT, "client No-Evict on", CSUB_NO_EVICT, CARG_ON },
+        { CID_CLIENT, "client list", CSUB_OTHER, CARG_OTHER },
+        { CID_OTHER, "get reply", CSUB_OTHER, CARG_OTHER },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cmd_words w = words_of(cases[i].id, cases[i].text);
+        cr_assert_eq(w.sub, cases[i].sub, "%s", cases[i].text);
+        cr_assert_eq(w.arg, cases[i].arg, "%s", cases[i].text);
+    }
+}
+
+Test(words, hello_auth)
+{
+    cr_assert_eq(words_of(CID_HELLO, "hello 3 AUTH u p").hello, HELLO_AUTH_ANY | HELLO_AUTH_ARGS);
+    cr_assert_eq(words_of(CID_HELLO, "hello 3 setname auth").hello, HELLO_AUTH_ANY);
+    cr_assert_eq(words_of(CID_HELLO, "hello auth u p").hello, 0);    /* argv[1] is protover */
+    struct slice nul[5] = { { "HELLO", 5 }, { "3", 1 }, { "auth\0x", 6 }, { "u", 1 }, { "p", 1 } };
+    cr_assert_eq(command_words(CID_HELLO, 5, nul).hello, HELLO_AUTH_ANY);
+}
+
 Test(lookup, reads_are_known_but_not_in_the_table)
 {
     static const char *reads[] = {
