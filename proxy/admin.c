@@ -38,6 +38,7 @@
 #include "server.h"
 #include "stats.h"
 #include "watch.h"
+#include "audit_bg.h"
 
 #define ADMIN_MAX_CONNS     64
 #define ADMIN_REQ_MAX       8192            /* bytes of URL + headers + body of one request */
@@ -267,6 +268,11 @@ static void label_value(struct evbuf *b, const char *s)
     }
 }
 
+void admin_label_value(struct evbuf *b, const char *s)
+{
+    label_value(b, s);
+}
+
 static void rule_label(struct evbuf *lab, const struct rule *r)
 {
     lab->len = 0;
@@ -492,6 +498,7 @@ static void render_metrics(struct evbuf *b)
     render_counters(b);
     if (adm.srv->cfg->watch)
         render_watch(b);
+    audit_bg_metrics(b);
     render_rule_counters(b, &lab);
     render_backend(b, &lab);
     if (adm.srv->cfg->cluster)

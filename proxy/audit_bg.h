@@ -1,0 +1,48 @@
+/*
+ * audit_bg: the background audit (`audit_interval`, `audit_rate`,
+ * `audit_memory` in [proxy]): the keyspace walked on the proxy's loop, the
+ * keys classified as `ttlguard audit` classifies them, and the result kept
+ * as gauges per rule and an `audit_pass` event per pass.
+ *
+ *   every audit_interval:  INFO ──▶ the databases that have keys
+ *     per database:        [SELECT db] SCAN cursor COUNT rate/10 ──▶ keys
+ *                          (wait until the keys fit under audit_rate)
+ *                          PTTL, TYPE [, MEMORY USAGE] per key ──▶ arep_classify()
+ *     every second:        INFO again: loading, failover, replica sync, or
+ *                          used_memory within 10% of maxmemory pause the walk
+ *                          (`audit_paused` / `audit_resumed` events)
+ *   end of the pass:       gauges ttlguard_audit_keys{rule,state} (and _bytes),
+ *                          `audit_pass` event with the change since the last
+ *                          pass and the `ttlguard audit --fix` command to run
+ *
+ * One backend connection of its own (the proxy's AUTH and TLS), one command
+ * in flight at a time; it never writes (SCAN, PTTL, TYPE, MEMORY USAGE, INFO,
+ * SELECT, CLIENT SETNAME only). The position (database and cursor) and the
+ * tallies so far survive a lost connection (the batch being read is asked
+ * again) and a reload that keeps the same rules; a reload that changes the
+ * rules, or the backend, starts the pass over. cluster = on is refused by
+ * the config for now (one server only).
+ *
+ * Called from the loop thread only, like every module of the proxy.
+ */
+#ifndef TTLG_AUDIT_BG_H
+#define TTLG_AUDIT_BG_H
+
+#include <stdint.h>
+
+struct server;
+struct evbuf;
+
+/* Start when cfg->audit_interval is set, stop when not; after a reload,
+ * take the new rules, rate and interval (srv->cfg is the new config). */
+void audit_bg_apply(struct server *srv);
+void audit_bg_stop(void);
+/* Reconnects and connect timeouts; now in monotonic ms. */
+void audit_bg_cron(uint64_t now);
+/* A reload changed the backend: reconnect, and start the pass over. */
+void audit_bg_backend_changed(void);
+
+/* The audit's families for /metrics (nothing when it is off). */
+void audit_bg_metrics(struct evbuf *b);
+
+#endif
