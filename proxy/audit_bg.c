@@ -101,6 +101,7 @@ static struct abg {
     uint64_t checked_at;                /* monotonic ms of the last INFO */
 
     char paused[16];                    /* "" running, else loading|failover|sync|memory */
+    uint64_t paused_at;                 /* monotonic ms */
     char problem[256];
 
     uint64_t passes, keys_read;
@@ -579,18 +580,22 @@ static void keyspace(const char *info)
     }
 }
 
-static void event_pause(const char *reason, const char *detail)
+/* audit_paused (resumed 0) or audit_resumed, with where the pass is. */
+static void event_pause(int resumed, const char *reason, const char *detail)
 {
     struct evbuf b = { 0 };
     evbuf_adds(&b, "\"reason\":");
     evbuf_json_str(&b, reason, strlen(reason));
+    if (resumed)
+        evbuf_printf(&b, ",\"paused_ms\":%llu",
+                     (unsigned long long)(now_ms_monotonic() - a.paused_at));
     evbuf_adds(&b, ",\"message\":");
     evbuf_json_str(&b, detail, strlen(detail));
     if (a.in_pass)
         evbuf_printf(&b, ",\"db\":%d,\"cursor\":\"%s\",\"keys_so_far\":%llu",
                      a.dbi < a.ndbs ? a.dbs[a.dbi] : -1, a.cursor,
                      (unsigned long long)a.rep.seen);
-    events_members(reason[0] ? EVN_AUDIT_PAUSED : EVN_AUDIT_RESUMED, b.p, b.len);
+    events_members(resumed ? EVN_AUDIT_RESUMED : EVN_AUDIT_PAUSED, b.p, b.len);
     free(b.p);
 }
 
@@ -609,17 +614,20 @@ static void on_info(const redisReply *r)
     const char *why = pause_reason(r->str, detail, sizeof detail);
     if (why != NULL) {
         if (strcmp(a.paused, why) != 0) {
+            if (!a.paused[0])
+                a.paused_at = now;
             snprintf(a.paused, sizeof a.paused, "%s", why);
             log_warn("audit: paused: %s", detail);
-            event_pause(why, detail);
+            event_pause(0, why, detail);
         }
         wait_ms(CHECK_MS);
         return;
     }
     if (a.paused[0]) {
+        log_info("audit: resumed after %llu ms (%s)", (unsigned long long)(now - a.paused_at),
+                 a.paused);
+        event_pause(1, a.paused, "the walk goes on where it paused");
         a.paused[0] = '\0';
-        log_info("audit: resumed");
-        event_pause("", "the audit goes on where it paused");
         rate_restart(now);
     }
     a.problem[0] = '\0';
