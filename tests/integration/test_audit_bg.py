@@ -20,6 +20,7 @@ databases:
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -153,6 +154,18 @@ def test_gauges_and_event_count_the_keyspace(redis_srv, make_proxy, tmp_path):
     assert e2["leaked"] == 2010 and e2["leaked_change"] == 10
     assert {r["rule"]: r for r in e2["rules"]}[S]["leaked_change"] == 10
     assert {r["rule"]: r for r in e2["rules"]}[LG]["leaked_change"] == 0
+
+    # ttlguard report: the last pass in the text, the passes over time in the page.
+    out = subprocess.run([harness.TTLG_BIN, "report", log], capture_output=True, timeout=60)
+    # (+0 when a third pass, a second later, ended before the report ran)
+    assert re.search(rb"Background audit: \d+ passes; the last: 3010 keys, 2010 leaked "
+                     rb"\(\+(10|0) since", out.stdout), out.stdout
+    page = os.path.join(str(tmp_path), "report.html")
+    subprocess.run([harness.TTLG_BIN, "report", "--html", page, log], check=True, timeout=60)
+    with open(page) as f:
+        html = f.read()
+    assert "Keys by state at each background audit pass" in html
+    assert re.search(r"2010 leaked \(\+(10|0) since the pass before\)", html)
 
 
 def write_commands(port, names):
