@@ -20,8 +20,10 @@
 #define RETRY_MS        1000
 #define CHECK_MS        1000            /* INFO again during a pass, and while paused */
 #define MEMORY_NEAR     0.90            /* of maxmemory: pause above it */
-#define COUNT_MIN       10
-#define COUNT_MAX       250             /* SCAN COUNT, as `ttlguard audit` (audit.c) */
+#define COUNT_MIN       10              /* SCAN COUNT: audit_rate / 100 within these, so a */
+#define COUNT_MAX       100             /* batch (2 commands a key) is a short burst for Redis
+                                           (bench/audit_bg.sh: at 250 a key, p99 of other
+                                           clients' GETs went from 0.17 to 0.27 ms) */
 #define MAX_DBS         1024
 #define TOP_PATTERNS    10              /* leaked patterns kept per pass (log_keys = full) */
 #define NAME_REQ        "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$14\r\nttlguard-audit\r\n"
@@ -417,8 +419,8 @@ static void select_db(int db)
 static void send_scan(void)
 {
     unsigned rate = a.srv->cfg->audit_rate;
-    unsigned count = rate / 10 < COUNT_MIN ? COUNT_MIN : rate / 10 > COUNT_MAX ? COUNT_MAX
-                   : rate / 10;
+    unsigned count = rate / 100 < COUNT_MIN ? COUNT_MIN : rate / 100 > COUNT_MAX ? COUNT_MAX
+                   : rate / 100;
     char num[24];
     snprintf(num, sizeof num, "%u", count);
     const char *const argv[] = { "SCAN", a.cursor, "COUNT", num };
@@ -430,15 +432,14 @@ static void send_scan(void)
 static void send_keys(void)
 {
     const redisReply *keys = a.batch->element[1];
-    int memory = a.srv->cfg->audit_memory;
+    int per = a.srv->cfg->audit_memory ? 2 : 1;
     struct sbuf b = { 0 };
     char num[32];
     select_db(a.dbs[a.batch_dbi]);
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
-        int nk = memory ? 3 : 2;
-        for (int c = 0; c < nk; c++) {
-            static const char *const cmd[] = { "*2\r\n$4\r\nPTTL\r\n", "*2\r\n$4\r\nTYPE\r\n",
+        for (int c = 0; c < per; c++) {
+            static const char *const cmd[] = { "*2\r\n$4\r\nPTTL\r\n",
                                                "*3\r\n$6\r\nMEMORY\r\n$5\r\nUSAGE\r\n" };
             sbuf_add(&b, cmd[c], strlen(cmd[c]));
             sbuf_add(&b, num, (size_t)snprintf(num, sizeof num, "$%zu\r\n", k->len));
@@ -447,11 +448,11 @@ static void send_keys(void)
         }
         a.pttl[i] = -2;
         a.mem[i] = -1;
-        a.type[i] = KTYPE_NONE;
+        a.type[i] = KTYPE_OTHER;    /* TYPE is not asked: the gauges do not need it */
     }
     bconn_write_bytes(&a.c, b.p, b.len);
     free(b.p);
-    a.owed = keys->elements * (size_t)(memory ? 3 : 2);
+    a.owed = keys->elements * (size_t)per;
     a.done = 0;
     a.phase = PH_KEYS;
 }
@@ -691,14 +692,12 @@ static void on_scan(redisReply *r)
 
 static void on_key_reply(const redisReply *r)
 {
-    int per = a.srv->cfg->audit_memory ? 3 : 2;
+    int per = a.srv->cfg->audit_memory ? 2 : 1;
     size_t k = a.done / (size_t)per;
     int cmd = (int)(a.done % (size_t)per);
     if (cmd == 0 && r->type == REDIS_REPLY_INTEGER)
-        a.pttl[k] = r->integer;
-    else if (cmd == 1 && r->type == REDIS_REPLY_STATUS)
-        a.type[k] = (unsigned char)arep_ktype_parse(r->str, r->len);
-    else if (cmd == 2 && r->type == REDIS_REPLY_INTEGER)
+        a.pttl[k] = r->integer;     /* -2: gone since SCAN, counted as expired_during */
+    else if (cmd == 1 && r->type == REDIS_REPLY_INTEGER)
         a.mem[k] = r->integer;
     a.done++;
 }

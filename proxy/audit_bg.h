@@ -5,9 +5,9 @@
  * as gauges per rule and an `audit_pass` event per pass.
  *
  *   every audit_interval:  INFO ──▶ the databases that have keys
- *     per database:        [SELECT db] SCAN cursor COUNT rate/10 ──▶ keys
+ *     per database:        [SELECT db] SCAN cursor COUNT rate/100 ──▶ keys
  *                          (wait until the keys fit under audit_rate)
- *                          PTTL, TYPE [, MEMORY USAGE] per key ──▶ arep_classify()
+ *                          PTTL [, MEMORY USAGE] per key ──▶ arep_classify()
  *     every second:        INFO again: loading, failover, replica sync, or
  *                          used_memory within 10% of maxmemory pause the walk
  *                          (`audit_paused` / `audit_resumed` events)
@@ -16,7 +16,7 @@
  *                          pass and the `ttlguard audit --fix` command to run
  *
  * One backend connection of its own (the proxy's AUTH and TLS), one command
- * in flight at a time; it never writes (SCAN, PTTL, TYPE, MEMORY USAGE, INFO,
+ * in flight at a time; it never writes (SCAN, PTTL, MEMORY USAGE, INFO,
  * SELECT, CLIENT SETNAME only). The position (database and cursor) and the
  * tallies so far survive a lost connection (the batch being read is asked
  * again) and a reload that keeps the same rules; a reload that changes the
