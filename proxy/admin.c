@@ -535,11 +535,12 @@ static void render_rules(struct evbuf *b)
 
 /* ---- /healthz ------------------------------------------------------------------ */
 
-/* The watcher's trouble, if any, after the first line of /healthz. */
+/* The watcher's and the background audit's trouble, if any, after the
+ * first line of /healthz (they do not make it unhealthy). */
 static void health_text(char *text, size_t len, const char *first)
 {
-    const char *w = watch_problem();
-    snprintf(text, len, "%s%s%s", first, w, w[0] ? "\n" : "");
+    const char *w = watch_problem(), *au = audit_bg_problem();
+    snprintf(text, len, "%s%s%s%s%s", first, w, w[0] ? "\n" : "", au, au[0] ? "\n" : "");
 }
 
 static void health_answer(struct admin_conn *c, int head, int keep_alive)

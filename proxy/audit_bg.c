@@ -17,15 +17,20 @@
 #include "server.h"
 #include "util.h"
 
-#define RETRY_MS        1000
+#define RETRY_MS        1000            /* reconnect after a lost connection; a busy server */
+#define REFUSED_MS      10000           /* ...after a refused command (ACL, renamed command) */
 #define CHECK_MS        1000            /* INFO again during a pass, and while paused */
+#define REPLY_MAX_MS    60000           /* a command unanswered this long: drop the connection */
 #define MEMORY_NEAR     0.90            /* of maxmemory: pause above it */
 #define COUNT_MIN       10              /* SCAN COUNT: audit_rate / 100 within these, so a */
 #define COUNT_MAX       100             /* batch (2 commands a key) is a short burst for Redis
                                            (bench/audit_bg.sh: at 250 a key, p99 of other
                                            clients' GETs went from 0.17 to 0.27 ms) */
-#define MAX_DBS         1024
+#define MAX_DBS         1024            /* databases walked per server */
+#define MAX_NODES       AREP_MAX_NODES  /* servers walked per pass (a cluster's primaries) */
 #define TOP_PATTERNS    10              /* leaked patterns kept per pass (log_keys = full) */
+#define PATTERNS_KEPT   1024            /* distinct folded patterns per table during a pass:
+                                           the pass's memory does not grow with the keyspace */
 #define NAME_REQ        "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$14\r\nttlguard-audit\r\n"
 
 /* The four states of the gauges. The no-TTL group of a rule decides the
@@ -71,32 +76,52 @@ struct pass_result {
     uint64_t duration_ms;
 };
 
+/* Leaked keys of one database, all servers of the pass together. */
+struct db_tally {
+    int db;
+    uint64_t leaked;
+    uint64_t fixable;                   /* ...whose rule has a ttl to give */
+};
+
+/* One server of the pass: the backend, or a primary of the cluster. */
+struct node_tally {
+    struct target *t;                   /* the backend, or cluster.c's node (lives until
+                                           cluster_free, after the loop) */
+    uint64_t keys, leaked;
+};
+
 static struct abg {
     struct server *srv;
     int on, stopping, restart;
     struct bconn c;
-    uint64_t retry_at;                  /* monotonic ms; 0: not waiting */
+    uint64_t retry_at;                  /* monotonic ms to reconnect; 0: not waiting */
     redisReader *rd;
     uv_timer_t *timer;                  /* pacing, the next pass, pauses; freed on close */
 
     enum phase phase;
+    uint64_t sent_at;                   /* monotonic ms the command in flight was sent */
     int skip;                           /* replies to read past before the phase's */
     size_t owed, done;                  /* PH_KEYS: replies expected and read */
-    int cur_db;                         /* SELECTed on the connection; -1 unknown */
+    char key_error[128];                /* PH_KEYS: the first error reply; "" none */
+    int cur_db;                         /* SELECTed on the connection */
+    uint64_t hold_until;                /* monotonic ms: nothing is sent before (busy, refused) */
 
-    /* The pass under way. */
+    /* The pass under way: servers, then databases, then the SCAN cursor. */
     int in_pass;
     struct arep rep;
-    int dbs[MAX_DBS], ndbs, dbi;
-    long long info_keys;                /* INFO keyspace keys= summed at the start */
+    struct node_tally nodes[MAX_NODES];
+    int nnodes, nodei;
+    int dbs[MAX_DBS], ndbs, dbi;        /* databases of nodes[nodei] with keys; ndbs -1:
+                                           its INFO keyspace is not read yet */
+    long long node_keys;                /* INFO keyspace keys= of nodes[nodei] */
+    uint64_t node_seen0;                /* rep.seen when nodes[nodei] began */
     char cursor[24];
     redisReply *batch;                  /* the SCAN reply whose keys are not classified yet */
-    int batch_dbi;                      /* ...from dbs[batch_dbi] */
-    long long *pttl, *mem;
-    unsigned char *type;
+    int batch_db;                       /* ...from this database */
+    long long *pttl, *mem;              /* [cap]: the batch's replies */
     size_t cap;
-    uint64_t leaked_db[MAX_DBS];        /* leaked keys per database (dbs[] order) */
-    uint64_t fixable_db[MAX_DBS];       /* ...whose rule has a ttl to give */
+    struct db_tally dbt[MAX_DBS];
+    int ndbt;
     uint64_t pass_start;                /* monotonic ms */
     uint64_t next_pass;                 /* monotonic ms the next pass may start */
     uint64_t rate_t0, paid;             /* audit_rate: keys charged since rate_t0 */
@@ -104,7 +129,7 @@ static struct abg {
 
     char paused[16];                    /* "" running, else loading|failover|sync|memory */
     uint64_t paused_at;                 /* monotonic ms */
-    char problem[256];
+    char problem[640];
 
     uint64_t passes, keys_read;
     struct pass_result last;
@@ -139,7 +164,7 @@ static int state_of(enum arep_group g)
     }
 }
 
-/* The largest leaked patterns of rep, into p->top. */
+/* The largest leaked patterns of rep, into p->top (largest first). */
 static void top_patterns(const struct arep *rep, struct pass_result *p)
 {
     const struct arep_patterns *ps = &rep->patterns[0];
@@ -147,11 +172,9 @@ static void top_patterns(const struct arep *rep, struct pass_result *p)
     int n = 0;
     for (size_t i = 0; i < ps->cap; i++) {
         const struct arep_pattern *x = &ps->v[i];
-        if (x->text == NULL)
+        if (x->text == NULL || (n == TOP_PATTERNS && best[n - 1]->keys >= x->keys))
             continue;
-        int j = n < TOP_PATTERNS ? n++ : TOP_PATTERNS - 1;
-        if (j == TOP_PATTERNS - 1 && n == TOP_PATTERNS && best[j] != NULL && best[j]->keys >= x->keys)
-            continue;
+        int j = n < TOP_PATTERNS ? n++ : TOP_PATTERNS - 1;  /* a new place, or the last's */
         for (; j > 0 && best[j - 1]->keys < x->keys; j--)
             best[j] = best[j - 1];
         best[j] = x;
@@ -202,10 +225,11 @@ static const struct rule_result *previous(const struct pass_result *prev, const 
     return NULL;
 }
 
-static void member_change(struct evbuf *b, const char *name, uint64_t now, int known,
-                          uint64_t before)
+/* ,"<state>":N,"<state>_change":N|null */
+static void member_count(struct evbuf *b, int state, uint64_t now, int known, uint64_t before)
 {
-    evbuf_printf(b, ",\"%s\":", name);
+    evbuf_printf(b, ",\"%s\":%llu,\"%s_change\":", state_names[state], (unsigned long long)now,
+                 state_names[state]);
     if (known)
         evbuf_printf(b, "%lld", (long long)now - (long long)before);
     else
@@ -213,93 +237,115 @@ static void member_change(struct evbuf *b, const char *name, uint64_t now, int k
 }
 
 /* `ttlguard audit --fix --yes` for each database with leaked keys a rule
- * can give a TTL to: the command the event names. */
-static void fix_commands(struct evbuf *b, uint64_t no_ttl_to_give)
+ * can give a TTL to: the commands the event names. */
+static void member_fix(struct evbuf *b)
 {
     const struct config *cfg = a.srv->cfg;
+    char *path = cfg->path ? realpath(cfg->path, NULL) : NULL;
+    uint64_t no_ttl_to_give = 0;
     int any = 0;
     evbuf_adds(b, ",\"fix\":[");
-    for (int i = 0; i < a.ndbs; i++) {
-        if (a.fixable_db[i] == 0)
+    for (int i = 0; i < a.ndbt; i++) {
+        no_ttl_to_give += a.dbt[i].leaked - a.dbt[i].fixable;
+        if (a.dbt[i].fixable == 0)
             continue;
         struct evbuf cmd = { 0 };
-        char *path = cfg->path ? realpath(cfg->path, NULL) : NULL;
         evbuf_printf(&cmd, "ttlguard audit --config %s", path ? path : cfg->path ? cfg->path
                      : "FILE");
-        free(path);
         if (a.srv->backend_override)
             evbuf_printf(&cmd, " --backend %s", a.srv->backend.name);
-        if (a.dbs[i] != 0)
-            evbuf_printf(&cmd, " --db %d", a.dbs[i]);
+        if (cfg->cluster)
+            evbuf_adds(&cmd, " --cluster");
+        else if (a.dbt[i].db != 0)
+            evbuf_printf(&cmd, " --db %d", a.dbt[i].db);
         evbuf_adds(&cmd, " --fix --yes");
         if (any++)
             evbuf_add(b, ",", 1);
         evbuf_json_str(b, cmd.p, cmd.len);
         free(cmd.p);
     }
+    free(path);
     evbuf_adds(b, "]");
     if (no_ttl_to_give > 0)
         evbuf_printf(b, ",\"leaked_without_rule_ttl\":%llu", (unsigned long long)no_ttl_to_give);
+}
+
+/* "dbs":[{db, leaked}], and with cluster = on "nodes":[{node, keys, leaked}]. */
+static void member_where(struct evbuf *b)
+{
+    evbuf_adds(b, ",\"dbs\":[");
+    for (int i = 0; i < a.ndbt; i++)
+        evbuf_printf(b, "%s{\"db\":%d,\"leaked\":%llu}", i ? "," : "", a.dbt[i].db,
+                     (unsigned long long)a.dbt[i].leaked);
+    evbuf_adds(b, "]");
+    if (!a.srv->cfg->cluster)
+        return;
+    evbuf_adds(b, ",\"nodes\":[");
+    for (int i = 0; i < a.nnodes; i++) {
+        const struct node_tally *n = &a.nodes[i];
+        evbuf_adds(b, i ? ",{\"node\":" : "{\"node\":");
+        evbuf_json_str(b, n->t->name, strlen(n->t->name));
+        evbuf_printf(b, ",\"keys\":%llu,\"leaked\":%llu}", (unsigned long long)n->keys,
+                     (unsigned long long)n->leaked);
+    }
+    evbuf_adds(b, "]");
+}
+
+/* "rules":[...]: each rule's states, their change since prev, bytes. */
+static void member_rules(struct evbuf *b, const struct pass_result *p,
+                         const struct pass_result *prev)
+{
+    evbuf_adds(b, ",\"rules\":[");
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule_result *r = &p->r[i], *was = previous(prev, r->label);
+        evbuf_adds(b, i ? ",{\"rule\":" : "{\"rule\":");
+        evbuf_json_str(b, r->label, strlen(r->label));
+        evbuf_adds(b, ",\"prefix\":");
+        evbuf_json_str(b, r->prefix, r->prefix_len);
+        for (int s = 0; s < ST__COUNT; s++) {
+            if (s != ST_EXPIRING && s != r->no_ttl_state)
+                continue;
+            member_count(b, s, r->keys[s], was != NULL, was ? was->keys[s] : 0);
+            if (p->with_memory)
+                evbuf_printf(b, ",\"%s_bytes\":%llu", state_names[s],
+                             (unsigned long long)r->bytes[s]);
+        }
+        evbuf_adds(b, "}");
+    }
+    evbuf_adds(b, "]");
+}
+
+/* "leaked_patterns": folded key names, so only where the log may show keys. */
+static void member_patterns(struct evbuf *b, const struct pass_result *p)
+{
+    if (a.srv->cfg->log_keys != LOG_KEYS_FULL || p->ntop == 0)
+        return;
+    evbuf_adds(b, ",\"leaked_patterns\":[");
+    for (int i = 0; i < p->ntop && i < 5; i++) {
+        evbuf_adds(b, i ? ",{\"pattern\":" : "{\"pattern\":");
+        evbuf_json_str(b, p->top[i].text, strlen(p->top[i].text));
+        evbuf_adds(b, ",\"rule\":");
+        evbuf_json_str(b, p->top[i].rule, strlen(p->top[i].rule));
+        evbuf_printf(b, ",\"keys\":%llu}", (unsigned long long)p->top[i].keys);
+    }
+    evbuf_adds(b, "]");
 }
 
 /* The audit_pass event of p, compared with prev. */
 static void event_pass(const struct pass_result *p, const struct pass_result *prev)
 {
     struct evbuf b = { 0 };
-    uint64_t fixable = 0, leaked_db = 0;
-    for (int i = 0; i < a.ndbs; i++) {
-        fixable += a.fixable_db[i];
-        leaked_db += a.leaked_db[i];
-    }
-    evbuf_printf(&b, "\"keys\":%llu,\"duration_ms\":%llu,\"rate\":%u,\"dbs\":[",
+    evbuf_printf(&b, "\"keys\":%llu,\"duration_ms\":%llu,\"rate\":%u",
                  (unsigned long long)p->keys, (unsigned long long)p->duration_ms,
                  a.srv->cfg->audit_rate);
-    for (int i = 0; i < a.ndbs; i++)
-        evbuf_printf(&b, "%s{\"db\":%d,\"leaked\":%llu}", i ? "," : "", a.dbs[i],
-                     (unsigned long long)a.leaked_db[i]);
-    evbuf_adds(&b, "]");
-    for (int s = 0; s < ST__COUNT; s++) {
-        char name[32];
-        evbuf_printf(&b, ",\"%s\":%llu", state_names[s], (unsigned long long)p->totals[s]);
-        snprintf(name, sizeof name, "%s_change", state_names[s]);
-        member_change(&b, name, p->totals[s], prev->valid, prev->totals[s]);
-    }
+    member_where(&b);
+    for (int s = 0; s < ST__COUNT; s++)
+        member_count(&b, s, p->totals[s], prev->valid, prev->totals[s]);
     evbuf_printf(&b, ",\"expired_during\":%llu", (unsigned long long)p->expired_during);
-    evbuf_adds(&b, ",\"rules\":[");
-    for (size_t i = 0; i < p->nrules; i++) {
-        const struct rule_result *r = &p->r[i], *was = previous(prev, r->label);
-        evbuf_adds(&b, i ? ",{\"rule\":" : "{\"rule\":");
-        evbuf_json_str(&b, r->label, strlen(r->label));
-        evbuf_adds(&b, ",\"prefix\":");
-        evbuf_json_str(&b, r->prefix, r->prefix_len);
-        for (int s = 0; s < ST__COUNT; s++) {
-            if (s != ST_EXPIRING && s != r->no_ttl_state)
-                continue;
-            char name[32];
-            evbuf_printf(&b, ",\"%s\":%llu", state_names[s], (unsigned long long)r->keys[s]);
-            snprintf(name, sizeof name, "%s_change", state_names[s]);
-            member_change(&b, name, r->keys[s], was != NULL, was ? was->keys[s] : 0);
-            if (p->with_memory)
-                evbuf_printf(&b, ",\"%s_bytes\":%llu", state_names[s],
-                             (unsigned long long)r->bytes[s]);
-        }
-        evbuf_adds(&b, "}");
-    }
-    evbuf_adds(&b, "]");
-    /* Patterns are folded key names: only where the log may show keys. */
-    if (a.srv->cfg->log_keys == LOG_KEYS_FULL && p->ntop > 0) {
-        evbuf_adds(&b, ",\"leaked_patterns\":[");
-        for (int i = 0; i < p->ntop && i < 5; i++) {
-            evbuf_adds(&b, i ? ",{\"pattern\":" : "{\"pattern\":");
-            evbuf_json_str(&b, p->top[i].text, strlen(p->top[i].text));
-            evbuf_adds(&b, ",\"rule\":");
-            evbuf_json_str(&b, p->top[i].rule, strlen(p->top[i].rule));
-            evbuf_printf(&b, ",\"keys\":%llu}", (unsigned long long)p->top[i].keys);
-        }
-        evbuf_adds(&b, "]");
-    }
+    member_rules(&b, p, prev);
+    member_patterns(&b, p);
     if (p->totals[ST_LEAKED] > 0) {
-        fix_commands(&b, leaked_db - fixable);
+        member_fix(&b);
         evbuf_adds(&b, ",\"message\":\"the pass wrote nothing: run the fix command to give "
                    "leaked keys their rule's TTL (EXPIRE ... NX; a dry run without --yes)\"");
     }
@@ -331,19 +377,41 @@ static void rate_restart(uint64_t now)
     a.paid = a.batch != NULL ? a.batch->element[1]->elements : 0;
 }
 
-static void pass_begin(uint64_t now)
+/* The servers a pass walks, into a.nodes: the backend. Returns 0, or -1
+ * when they are not known yet. */
+static int pass_nodes(void)
+{
+    memset(a.nodes, 0, sizeof a.nodes);
+    a.nodes[0].t = &a.srv->backend;
+    a.nnodes = 1;
+    return 0;
+}
+
+static void node_begin(int i)
+{
+    a.nodei = i;
+    a.ndbs = -1;                /* the next INFO says which databases have keys */
+    a.dbi = 0;
+    a.node_keys = 0;
+    a.node_seen0 = a.rep.seen;
+    snprintf(a.cursor, sizeof a.cursor, "0");
+}
+
+static int pass_begin(uint64_t now)
 {
     const struct config *cfg = a.srv->cfg;
+    if (pass_nodes() != 0)
+        return -1;
     arep_init(&a.rep, &cfg->rules);
     a.rep.with_memory = cfg->audit_memory;
+    a.rep.max_patterns = PATTERNS_KEPT;
     a.in_pass = 1;
-    a.dbi = 0;
-    snprintf(a.cursor, sizeof a.cursor, "0");
-    memset(a.leaked_db, 0, sizeof a.leaked_db);
-    memset(a.fixable_db, 0, sizeof a.fixable_db);
+    a.ndbt = 0;
+    node_begin(0);
     a.pass_start = now;
     a.next_pass = now + (uint64_t)cfg->audit_interval * 1000;
     rate_restart(now);
+    return 0;
 }
 
 static void pass_end(uint64_t now)
@@ -365,23 +433,48 @@ static void pass_end(uint64_t now)
         a.next_pass = now;      /* the pass took longer than audit_interval */
 }
 
+/* Every database of nodes[nodei] is walked: the next server, or the end. */
+static void node_end(uint64_t now)
+{
+    if (a.nodei + 1 < a.nnodes)
+        node_begin(a.nodei + 1);
+    else
+        pass_end(now);
+}
+
+/* The tally of database db (MAX_DBS at most: a server has fewer). */
+static struct db_tally *db_tally(int db)
+{
+    for (int i = 0; i < a.ndbt; i++)
+        if (a.dbt[i].db == db)
+            return &a.dbt[i];
+    struct db_tally *t = &a.dbt[a.ndbt < MAX_DBS ? a.ndbt++ : MAX_DBS - 1];
+    *t = (struct db_tally){ .db = db };
+    return t;
+}
+
 /* The keys of the batch, classified. */
 static void classify(void)
 {
     const struct config *cfg = a.srv->cfg;
     const redisReply *keys = a.batch->element[1];
+    struct db_tally *dt = db_tally(a.batch_db);
+    struct node_tally *nt = &a.nodes[a.nodei];
     uint64_t before = a.rep.seen;
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
         const struct rule *r;
-        int g = arep_classify(&a.rep, &cfg->rules, k->str, k->len, a.pttl[i],
-                              (enum arep_ktype)a.type[i], cfg->audit_memory ? a.mem[i] : -1, &r);
+        /* TYPE is not asked: the gauges do not need it. */
+        int g = arep_classify(&a.rep, &cfg->rules, k->str, k->len, a.pttl[i], KTYPE_OTHER,
+                              cfg->audit_memory ? a.mem[i] : -1, &r);
         if (g != AREP_LEAKED)
             continue;
-        a.leaked_db[a.batch_dbi]++;
+        dt->leaked++;
+        nt->leaked++;
         if (r->ttl > 0)
-            a.fixable_db[a.batch_dbi]++;
+            dt->fixable++;
     }
+    nt->keys += a.rep.seen - before;
     a.keys_read += a.rep.seen - before;
     batch_drop();
 }
@@ -389,13 +482,13 @@ static void classify(void)
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                 */
 
-static void send_cmd(int argc, const char *const *argv, const size_t *lens)
+static void send_cmd(int argc, const char *const *argv)
 {
     struct sbuf b = { 0 };
     char num[32];
     sbuf_add(&b, num, (size_t)snprintf(num, sizeof num, "*%d\r\n", argc));
     for (int i = 0; i < argc; i++) {
-        size_t n = lens ? lens[i] : strlen(argv[i]);
+        size_t n = strlen(argv[i]);
         sbuf_add(&b, num, (size_t)snprintf(num, sizeof num, "$%zu\r\n", n));
         sbuf_add(&b, argv[i], n);
         sbuf_add(&b, "\r\n", 2);
@@ -411,9 +504,15 @@ static void select_db(int db)
     char num[24];
     snprintf(num, sizeof num, "%d", db);
     const char *const argv[] = { "SELECT", num };
-    send_cmd(2, argv, NULL);
+    send_cmd(2, argv);
     a.skip++;
     a.cur_db = db;
+}
+
+static void sent(enum phase ph)
+{
+    a.phase = ph;
+    a.sent_at = now_ms_monotonic();
 }
 
 static void send_scan(void)
@@ -425,22 +524,23 @@ static void send_scan(void)
     snprintf(num, sizeof num, "%u", count);
     const char *const argv[] = { "SCAN", a.cursor, "COUNT", num };
     select_db(a.dbs[a.dbi]);
-    send_cmd(4, argv, NULL);
-    a.phase = PH_SCAN;
+    send_cmd(4, argv);
+    sent(PH_SCAN);
 }
 
+/* PTTL [and MEMORY USAGE] of every key of the batch, in one write. */
 static void send_keys(void)
 {
+    static const char *const cmd[] = { "*2\r\n$4\r\nPTTL\r\n",
+                                       "*3\r\n$6\r\nMEMORY\r\n$5\r\nUSAGE\r\n" };
     const redisReply *keys = a.batch->element[1];
     int per = a.srv->cfg->audit_memory ? 2 : 1;
     struct sbuf b = { 0 };
     char num[32];
-    select_db(a.dbs[a.batch_dbi]);
+    select_db(a.batch_db);
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
         for (int c = 0; c < per; c++) {
-            static const char *const cmd[] = { "*2\r\n$4\r\nPTTL\r\n",
-                                               "*3\r\n$6\r\nMEMORY\r\n$5\r\nUSAGE\r\n" };
             sbuf_add(&b, cmd[c], strlen(cmd[c]));
             sbuf_add(&b, num, (size_t)snprintf(num, sizeof num, "$%zu\r\n", k->len));
             sbuf_add(&b, k->str, k->len);
@@ -448,20 +548,20 @@ static void send_keys(void)
         }
         a.pttl[i] = -2;
         a.mem[i] = -1;
-        a.type[i] = KTYPE_OTHER;    /* TYPE is not asked: the gauges do not need it */
     }
     bconn_write_bytes(&a.c, b.p, b.len);
     free(b.p);
     a.owed = keys->elements * (size_t)per;
     a.done = 0;
-    a.phase = PH_KEYS;
+    a.key_error[0] = '\0';
+    sent(PH_KEYS);
 }
 
 static void send_info(void)
 {
     const char *const argv[] = { "INFO" };
-    send_cmd(1, argv, NULL);
-    a.phase = PH_INFO;
+    send_cmd(1, argv);
+    sent(PH_INFO);
 }
 
 static void on_timer(uv_timer_t *t)
@@ -475,35 +575,73 @@ static void wait_ms(uint64_t ms)
     uv_timer_start(a.timer, on_timer, ms, 0);
 }
 
+/* Drop the connection: the command in flight is asked again (from the same
+ * position) on a new one, retry_ms later (0: as soon as it is closed). */
+static void conn_drop(uint64_t retry_ms)
+{
+    a.phase = PH_NONE;
+    a.skip = 0;
+    a.retry_at = retry_ms > 0 ? now_ms_monotonic() + retry_ms : 0;
+    bconn_close(&a.c);
+}
+
+/* The server the connection should talk to: the pass's, else the backend. */
+static struct target *node_target(void)
+{
+    return a.in_pass ? a.nodes[a.nodei].t : &a.srv->backend;
+}
+
+/* Connect (the connection is closed), to the pass's server. */
+static void conn_open(void)
+{
+    a.retry_at = 0;
+    a.c.t = node_target();
+    bconn_connect(&a.c, 1);
+}
+
+/* How the next batch may go out under audit_rate: 0 now, else ms to wait. */
+static uint64_t rate_wait(uint64_t now)
+{
+    uint64_t due = a.rate_t0 + a.paid * 1000 / a.srv->cfg->audit_rate;
+    return due > now ? due - now : 0;
+}
+
 /* What to do next, when nothing is in flight. */
 static void step(void)
 {
     if (!a.on || a.c.state != BC_READY || a.phase != PH_NONE)
         return;
     uint64_t now = now_ms_monotonic();
-    if (!a.in_pass) {
-        if (now < a.next_pass) {
-            wait_ms(a.next_pass - now);
-            return;
-        }
-        send_info();            /* the databases to walk; pass_begin() after it */
+    if (!a.in_pass && now < a.next_pass) {
+        wait_ms(a.next_pass - now);
         return;
     }
-    if (a.paused[0] || now - a.checked_at >= CHECK_MS) {
-        send_info();
+    if (!a.in_pass && pass_begin(now) != 0) {
+        wait_ms(RETRY_MS);          /* the servers to walk are not known yet */
+        return;
+    }
+    if (a.c.t != node_target()) {
+        conn_drop(0);               /* the next server: c_closed() connects there */
+        return;
+    }
+    if (now < a.hold_until) {
+        wait_ms(a.hold_until - now);
+        return;
+    }
+    if (a.ndbs < 0 || a.paused[0] || now - a.checked_at >= CHECK_MS) {
+        send_info();                /* pauses, and the databases to walk */
         return;
     }
     if (a.batch != NULL) {
-        uint64_t due = a.rate_t0 + a.paid * 1000 / a.srv->cfg->audit_rate;
-        if (due > now) {
-            wait_ms(due - now);
-            return;
-        }
-        send_keys();
+        uint64_t ms = rate_wait(now);
+        if (ms > 0)
+            wait_ms(ms);
+        else
+            send_keys();
         return;
     }
     if (a.dbi >= a.ndbs) {
-        pass_end(now);
+        node_end(now);
         step();
         return;
     }
@@ -562,18 +700,18 @@ static const char *pause_reason(const char *info, char *detail, size_t len)
     return NULL;
 }
 
-/* INFO keyspace: the databases that have keys, in order. */
+/* INFO keyspace of nodes[nodei]: its databases that have keys, in order. */
 static void keyspace(const char *info)
 {
     a.ndbs = 0;
-    a.info_keys = 0;
+    a.node_keys = 0;
     for (const char *p = info; p != NULL && *p; ) {
         int db;
         long long keys;
         if (strncmp(p, "db", 2) == 0 && sscanf(p, "db%d:keys=%lld", &db, &keys) == 2 &&
             keys > 0 && a.ndbs < MAX_DBS) {
             a.dbs[a.ndbs++] = db;
-            a.info_keys += keys;
+            a.node_keys += keys;
         }
         p = strchr(p, '\n');
         if (p != NULL)
@@ -592,27 +730,23 @@ static void event_pause(int resumed, const char *reason, const char *detail)
                      (unsigned long long)(now_ms_monotonic() - a.paused_at));
     evbuf_adds(&b, ",\"message\":");
     evbuf_json_str(&b, detail, strlen(detail));
+    if (a.srv->cfg->cluster) {
+        evbuf_adds(&b, ",\"node\":");
+        evbuf_json_str(&b, a.c.t->name, strlen(a.c.t->name));
+    }
     if (a.in_pass)
         evbuf_printf(&b, ",\"db\":%d,\"cursor\":\"%s\",\"keys_so_far\":%llu",
-                     a.dbi < a.ndbs ? a.dbs[a.dbi] : -1, a.cursor,
+                     a.ndbs > 0 && a.dbi < a.ndbs ? a.dbs[a.dbi] : -1, a.cursor,
                      (unsigned long long)a.rep.seen);
     events_members(resumed ? EVN_AUDIT_RESUMED : EVN_AUDIT_PAUSED, b.p, b.len);
     free(b.p);
 }
 
-static void on_info(const redisReply *r)
+/* Pause, or resume, by what INFO says. Returns 1 while paused. */
+static int pause_check(const char *info, uint64_t now)
 {
-    uint64_t now = now_ms_monotonic();
-    a.checked_at = now;
-    if (r->type != REDIS_REPLY_STRING) {
-        snprintf(a.problem, sizeof a.problem, "audit: INFO refused: %.200s",
-                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-        log_warn("%s", a.problem);
-        wait_ms(RETRY_MS * 10);
-        return;
-    }
     char detail[200];
-    const char *why = pause_reason(r->str, detail, sizeof detail);
+    const char *why = pause_reason(info, detail, sizeof detail);
     if (why != NULL) {
         if (strcmp(a.paused, why) != 0) {
             if (!a.paused[0])
@@ -621,8 +755,7 @@ static void on_info(const redisReply *r)
             log_warn("audit: paused: %s", detail);
             event_pause(0, why, detail);
         }
-        wait_ms(CHECK_MS);
-        return;
+        return 1;
     }
     if (a.paused[0]) {
         log_info("audit: resumed after %llu ms (%s)", (unsigned long long)(now - a.paused_at),
@@ -631,24 +764,55 @@ static void on_info(const redisReply *r)
         a.paused[0] = '\0';
         rate_restart(now);
     }
-    a.problem[0] = '\0';
-    if (!a.in_pass) {
-        keyspace(r->str);
-        pass_begin(now);
-    }
-    step();
+    return 0;
 }
 
-/* A reply the walk cannot use: say so, and ask again from the same cursor
- * on a new connection a second later. Takes r. */
-static void bad_reply(const char *what, redisReply *r)
+/* An error a server gives for a while only: loading, a script running, a
+ * replica without its primary, a cluster changing. */
+static int error_passes(const char *err)
 {
-    snprintf(a.problem, sizeof a.problem, "audit: %s: %.200s", what,
-             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    log_warn("%s", a.problem);
-    freeReplyObject(r);
-    a.retry_at = now_ms_monotonic() + RETRY_MS * 10;
-    bconn_close(&a.c);
+    static const char *const busy[] = { "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN",
+                                        "CLUSTERDOWN" };
+    for (size_t i = 0; i < sizeof busy / sizeof busy[0]; i++)
+        if (strncmp(err, busy[i], strlen(busy[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Redis refused what the walk asked: INFO again (it may say why: loading),
+ * then the same command once more, a second later when the refusal passes,
+ * else REFUSED_MS later (an ACL, a renamed command: the problem is shown on
+ * /healthz until it is fixed). */
+static void refused(const char *what, const char *err)
+{
+    int passes = error_passes(err);
+    char before[sizeof a.problem];
+    snprintf(before, sizeof before, "%s", a.problem);
+    snprintf(a.problem, sizeof a.problem, "audit: %s refused by %s: %.200s", what, a.c.t->name,
+             err);
+    if (!passes && strcmp(before, a.problem) != 0)
+        log_warn("%s", a.problem);
+    a.hold_until = now_ms_monotonic() + (passes ? CHECK_MS : REFUSED_MS);
+    a.checked_at = 0;
+}
+
+static void on_info(const redisReply *r)
+{
+    uint64_t now = now_ms_monotonic();
+    a.checked_at = now;
+    if (r->type != REDIS_REPLY_STRING) {
+        refused("INFO", r->type == REDIS_REPLY_ERROR ? r->str : "(not a string)");
+        step();
+        return;
+    }
+    if (pause_check(r->str, now)) {
+        wait_ms(CHECK_MS);
+        return;
+    }
+    a.problem[0] = '\0';
+    if (a.in_pass && a.ndbs < 0)
+        keyspace(r->str);
+    step();
 }
 
 static int scan_reply_ok(const redisReply *r)
@@ -663,10 +827,19 @@ static int scan_reply_ok(const redisReply *r)
     return 1;
 }
 
+/* SCAN's reply: the next cursor, and the keys as the batch. Takes r. */
 static void on_scan(redisReply *r)
 {
+    if (r->type == REDIS_REPLY_ERROR) {
+        refused("SCAN", r->str);
+        freeReplyObject(r);
+        return;
+    }
     if (!scan_reply_ok(r)) {
-        bad_reply("SCAN refused", r);
+        log_warn("audit: SCAN: a reply that is not a cursor and keys: the connection is "
+                 "dropped");
+        freeReplyObject(r);
+        conn_drop(REFUSED_MS);
         return;
     }
     const redisReply *keys = r->element[1];
@@ -678,28 +851,42 @@ static void on_scan(redisReply *r)
             a.cap = keys->elements;
             a.pttl = xrealloc(a.pttl, a.cap * sizeof *a.pttl);
             a.mem = xrealloc(a.mem, a.cap * sizeof *a.mem);
-            a.type = xrealloc(a.type, a.cap * sizeof *a.type);
         }
         a.batch = r;
-        a.batch_dbi = a.dbi;
+        a.batch_db = a.dbs[a.dbi];
         a.paid += keys->elements;
     }
-    if (strcmp(a.cursor, "0") == 0) {
+    if (strcmp(a.cursor, "0") == 0)
         a.dbi++;                    /* this database is walked once its batch is read */
-        snprintf(a.cursor, sizeof a.cursor, "0");
-    }
 }
 
+/* One reply of PTTL [, MEMORY USAGE] per key. A redirect (the slot moved
+ * since SCAN) counts the key as gone from this server; another error keeps
+ * the batch to ask again. */
 static void on_key_reply(const redisReply *r)
 {
     int per = a.srv->cfg->audit_memory ? 2 : 1;
     size_t k = a.done / (size_t)per;
     int cmd = (int)(a.done % (size_t)per);
-    if (cmd == 0 && r->type == REDIS_REPLY_INTEGER)
+    if (r->type == REDIS_REPLY_INTEGER && cmd == 0)
         a.pttl[k] = r->integer;     /* -2: gone since SCAN, counted as expired_during */
-    else if (cmd == 1 && r->type == REDIS_REPLY_INTEGER)
+    else if (r->type == REDIS_REPLY_INTEGER)
         a.mem[k] = r->integer;
+    else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) != 0 &&
+             strncmp(r->str, "ASK ", 4) != 0 && a.key_error[0] == '\0')
+        snprintf(a.key_error, sizeof a.key_error, "%s", r->str);
     a.done++;
+}
+
+/* Every reply of the batch is in. */
+static void on_keys_done(void)
+{
+    if (!a.in_pass || a.batch == NULL)
+        return;                     /* the pass was dropped meanwhile (a reload) */
+    if (a.key_error[0] != '\0')
+        refused(a.srv->cfg->audit_memory ? "PTTL or MEMORY USAGE" : "PTTL", a.key_error);
+    else
+        classify();
 }
 
 /* One whole reply; takes r. */
@@ -712,26 +899,25 @@ static void on_reply(redisReply *r)
         freeReplyObject(r);
         return;
     }
-    enum phase ph = a.phase;
-    switch (ph) {
+    switch (a.phase) {
     case PH_INFO:
         a.phase = PH_NONE;
         on_info(r);
         break;
     case PH_SCAN:
         a.phase = PH_NONE;
-        if (a.in_pass) {            /* else the pass was dropped meanwhile (a reload) */
-            on_scan(r);             /* keeps r as the batch */
-            r = NULL;
-        }
+        if (a.in_pass)              /* else the pass was dropped meanwhile (a reload) */
+            on_scan(r);             /* takes r */
+        else
+            freeReplyObject(r);
+        r = NULL;
         step();
         break;
     case PH_KEYS:
         on_key_reply(r);
         if (a.done == a.owed) {
             a.phase = PH_NONE;
-            if (a.in_pass && a.batch != NULL)
-                classify();
+            on_keys_done();
             step();
         }
         break;
@@ -761,8 +947,8 @@ static void c_ready(struct bconn *b)
     a.cur_db = 0;
     bconn_write_bytes(&a.c, NAME_REQ, sizeof NAME_REQ - 1);
     if (a.in_pass)
-        log_info("audit: connected: the pass goes on at db %d, cursor %s",
-                 a.dbi < a.ndbs ? a.dbs[a.dbi] : -1, a.cursor);
+        log_info("audit: connected to %s: the pass goes on at db %d, cursor %s", a.c.t->name,
+                 a.ndbs > 0 && a.dbi < a.ndbs ? a.dbs[a.dbi] : -1, a.cursor);
     rate_restart(now_ms_monotonic());
     step();
 }
@@ -770,8 +956,7 @@ static void c_ready(struct bconn *b)
 static void c_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
 {
     (void)b; (void)done; (void)type; (void)start;
-    if (redisReaderFeed(a.rd, p, n) != REDIS_OK)
-        return;
+    redisReaderFeed(a.rd, p, n);    /* an error shows in c_read_end */
 }
 
 static void c_read_end(struct bconn *b)
@@ -779,8 +964,8 @@ static void c_read_end(struct bconn *b)
     void *r;
     while (a.on && a.c.state == BC_READY) {
         if (redisReaderGetReply(a.rd, &r) != REDIS_OK) {
-            log_warn("audit: unreadable reply: %s", a.rd->errstr);
-            bconn_close(b);
+            log_warn("audit: unreadable reply from %s: %s", b->t->name, a.rd->errstr);
+            conn_drop(RETRY_MS);
             return;
         }
         if (r == NULL)
@@ -791,10 +976,9 @@ static void c_read_end(struct bconn *b)
 
 static void c_failed(struct bconn *b, const char *why, int was_ready)
 {
-    (void)b;
     if (was_ready)
-        log_warn("audit: connection lost: %s", why);
-    snprintf(a.problem, sizeof a.problem, "audit: no connection to the backend: %s", why);
+        log_warn("audit: connection to %s lost: %s", b->t->name, why);
+    snprintf(a.problem, sizeof a.problem, "audit: no connection to %s: %s", b->t->name, why);
     a.phase = PH_NONE;          /* a batch being read is asked again */
     a.skip = 0;
     a.retry_at = now_ms_monotonic() + RETRY_MS;
@@ -802,10 +986,9 @@ static void c_failed(struct bconn *b, const char *why, int was_ready)
 
 static void c_closed(struct bconn *b)
 {
-    if (!a.on || a.stopping)
-        return;
-    if (a.retry_at == 0)
-        bconn_connect(b, 1);
+    (void)b;
+    if (a.on && !a.stopping && a.retry_at == 0)
+        conn_open();
 }
 
 static void c_written(struct bconn *b, int status)
@@ -824,6 +1007,26 @@ static void on_timer_closed(uv_handle_t *h)
     free(h);
 }
 
+/* A reload while running: the new rules, rate and interval. */
+static void reapply(uint64_t now)
+{
+    const struct config *cfg = a.srv->cfg;
+    if (a.in_pass && arep_rebind(&a.rep, &cfg->rules) != 0) {
+        log_info("audit: the rules changed: the pass starts over");
+        pass_drop();
+        a.next_pass = now;
+    } else if (a.in_pass) {
+        a.next_pass = a.pass_start + (uint64_t)cfg->audit_interval * 1000;
+        log_info("audit: reloaded: the pass goes on at db %d, cursor %s",
+                 a.ndbs > 0 && a.dbi < a.ndbs ? a.dbs[a.dbi] : -1, a.cursor);
+    } else if (a.passes > 0) {
+        a.next_pass = a.pass_start + (uint64_t)cfg->audit_interval * 1000;
+    }
+    rate_restart(now);
+    if (a.phase == PH_NONE)
+        step();
+}
+
 void audit_bg_apply(struct server *srv)
 {
     const struct config *cfg = srv->cfg;
@@ -832,22 +1035,8 @@ void audit_bg_apply(struct server *srv)
         audit_bg_stop();
         return;
     }
-    uint64_t now = now_ms_monotonic();
     if (a.on) {
-        if (a.in_pass && arep_rebind(&a.rep, &cfg->rules) != 0) {
-            log_info("audit: the rules changed: the pass starts over");
-            pass_drop();
-            a.next_pass = now;
-        } else if (a.in_pass) {
-            a.next_pass = a.pass_start + (uint64_t)cfg->audit_interval * 1000;
-            log_info("audit: reloaded: the pass goes on at db %d, cursor %s",
-                     a.dbi < a.ndbs ? a.dbs[a.dbi] : -1, a.cursor);
-        } else if (a.passes > 0) {
-            a.next_pass = a.pass_start + (uint64_t)cfg->audit_interval * 1000;
-        }
-        rate_restart(now);
-        if (a.phase == PH_NONE)
-            step();
+        reapply(now_ms_monotonic());
         return;
     }
     if (a.c.state != BC_IDLE) {
@@ -857,13 +1046,12 @@ void audit_bg_apply(struct server *srv)
     a.restart = 0;
     a.on = 1;
     a.stopping = 0;
-    a.retry_at = 0;
-    a.next_pass = now;
+    a.next_pass = now_ms_monotonic();
     a.timer = xcalloc(1, sizeof *a.timer);
     uv_timer_init(srv->loop, a.timer);
     bconn_init(&a.c, srv, &audit_ops, &a);
     a.c.counts = 0;
-    bconn_connect(&a.c, 1);
+    conn_open();
     log_info("audit: background audit every %u s at %u keys/s%s", cfg->audit_interval,
              cfg->audit_rate, cfg->audit_memory ? ", with MEMORY USAGE" : "");
 }
@@ -882,7 +1070,13 @@ void audit_bg_stop(void)
     if (a.rd != NULL)
         redisReaderFree(a.rd);
     a.rd = NULL;
+    free(a.pttl);
+    free(a.mem);
+    a.pttl = a.mem = NULL;
+    a.cap = 0;
+    result_free(&a.last);
     a.phase = PH_NONE;
+    a.hold_until = 0;
     a.paused[0] = '\0';
     a.problem[0] = '\0';
 }
@@ -894,10 +1088,14 @@ void audit_bg_cron(uint64_t now)
     if (!a.on)
         return;
     bconn_cron(&a.c, now);
-    if (a.c.state == BC_IDLE && a.retry_at != 0 && now >= a.retry_at) {
-        a.retry_at = 0;
-        bconn_connect(&a.c, 1);
+    if (a.c.state == BC_READY && a.phase != PH_NONE && now - a.sent_at >= REPLY_MAX_MS) {
+        snprintf(a.problem, sizeof a.problem, "audit: %s did not answer in %d s: reconnecting",
+                 a.c.t->name, REPLY_MAX_MS / 1000);
+        log_warn("%s", a.problem);
+        conn_drop(RETRY_MS);
     }
+    if (a.c.state == BC_IDLE && a.retry_at != 0 && now >= a.retry_at)
+        conn_open();
 }
 
 void audit_bg_backend_changed(void)
@@ -907,11 +1105,15 @@ void audit_bg_backend_changed(void)
     log_info("audit: the backend changed: the pass starts over");
     pass_drop();
     a.next_pass = now_ms_monotonic();
-    a.retry_at = 0;
     if (a.c.state == BC_IDLE)
-        bconn_connect(&a.c, 1);
+        conn_open();
     else
-        bconn_close(&a.c);
+        conn_drop(0);
+}
+
+const char *audit_bg_problem(void)
+{
+    return a.on ? a.problem : "";
 }
 
 /* ------------------------------------------------------------------------ */
@@ -922,19 +1124,37 @@ static void family(struct evbuf *b, const char *name, const char *type, const ch
     evbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void rule_sample(struct evbuf *b, const char *name, const char *rule, const char *state,
-                        uint64_t v)
+/* name{rule,state} of every rule of p: keys, or bytes. */
+static void rule_samples(struct evbuf *b, const char *name, const struct pass_result *p,
+                         int bytes)
 {
-    evbuf_printf(b, "%s{rule=\"", name);
-    admin_label_value(b, rule);
-    evbuf_printf(b, "\",state=\"%s\"} %llu\n", state, (unsigned long long)v);
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule_result *r = &p->r[i];
+        for (int s = 0; s < ST__COUNT; s++) {
+            if (s != ST_EXPIRING && s != r->no_ttl_state)
+                continue;
+            evbuf_printf(b, "%s{rule=\"", name);
+            admin_label_value(b, r->label);
+            evbuf_printf(b, "\",state=\"%s\"} %llu\n", state_names[s],
+                         (unsigned long long)(bytes ? r->bytes[s] : r->keys[s]));
+        }
+    }
 }
 
-void audit_bg_metrics(struct evbuf *b)
+/* Share of the pass under way done: servers done, and of the current one
+ * the keys classified against INFO keyspace at its start. */
+static double progress(void)
 {
-    if (!a.on)
-        return;
-    const struct pass_result *p = &a.last;
+    if (!a.in_pass || a.nnodes == 0)
+        return 0;
+    double node = a.node_keys > 0 ? (double)(a.rep.seen - a.node_seen0) / (double)a.node_keys
+                : 0;
+    return ((double)a.nodei + (node > 1 ? 1 : node)) / a.nnodes;
+}
+
+/* What the audit is doing now: paused, connected, counters, progress. */
+static void metrics_state(struct evbuf *b)
+{
     static const char *const reasons[] = { "loading", "failover", "sync", "memory" };
     family(b, "ttlguard_audit_paused", "gauge", "1 while the background audit waits: Redis "
            "loading, a failover, a replica syncing, used_memory near maxmemory.");
@@ -951,39 +1171,29 @@ void audit_bg_metrics(struct evbuf *b)
     evbuf_printf(b, "ttlguard_audit_passes_total %llu\n", (unsigned long long)a.passes);
     family(b, "ttlguard_audit_pass_progress_ratio", "gauge", "Share of the keyspace (INFO "
            "keyspace at its start) the pass under way has classified; 0 between passes.");
-    double f = a.in_pass && a.info_keys > 0 ? (double)a.rep.seen / (double)a.info_keys : 0;
-    evbuf_printf(b, "ttlguard_audit_pass_progress_ratio %.4f\n", f > 1 ? 1.0 : f);
-    if (!p->valid)
+    evbuf_printf(b, "ttlguard_audit_pass_progress_ratio %.4f\n", progress());
+}
+
+/* The leaked patterns of the last pass: folded key names, so only where
+ * the log may show keys. */
+static void metrics_patterns(struct evbuf *b, const struct pass_result *p)
+{
+    if (a.srv->cfg->log_keys != LOG_KEYS_FULL || p->ntop == 0)
         return;
-    family(b, "ttlguard_audit_keys", "gauge", "Keys under each rule by state (leaked: a rule "
-           "wants a TTL, the key has none; expiring: has a TTL; registered: durable, no TTL; "
-           "unregistered: default allow, no TTL), as the last full background audit pass "
-           "counted them.");
-    for (size_t i = 0; i < p->nrules; i++)
-        for (int s = 0; s < ST__COUNT; s++)
-            if (s == ST_EXPIRING || s == p->r[i].no_ttl_state)
-                rule_sample(b, "ttlguard_audit_keys", p->r[i].label, state_names[s],
-                            p->r[i].keys[s]);
-    if (p->with_memory) {
-        family(b, "ttlguard_audit_bytes", "gauge", "MEMORY USAGE of those keys summed "
-               "(audit_memory = on), as the last full pass counted them.");
-        for (size_t i = 0; i < p->nrules; i++)
-            for (int s = 0; s < ST__COUNT; s++)
-                if (s == ST_EXPIRING || s == p->r[i].no_ttl_state)
-                    rule_sample(b, "ttlguard_audit_bytes", p->r[i].label, state_names[s],
-                                p->r[i].bytes[s]);
+    family(b, "ttlguard_audit_leaked_pattern_keys", "gauge", "Leaked keys of the largest "
+           "key patterns (keys folded as ttlguard audit folds them) in the last full pass.");
+    for (int i = 0; i < p->ntop; i++) {
+        evbuf_adds(b, "ttlguard_audit_leaked_pattern_keys{rule=\"");
+        admin_label_value(b, p->top[i].rule);
+        evbuf_adds(b, "\",pattern=\"");
+        admin_label_value(b, p->top[i].text);
+        evbuf_printf(b, "\"} %llu\n", (unsigned long long)p->top[i].keys);
     }
-    if (a.srv->cfg->log_keys == LOG_KEYS_FULL && p->ntop > 0) {
-        family(b, "ttlguard_audit_leaked_pattern_keys", "gauge", "Leaked keys of the largest "
-               "key patterns (keys folded as ttlguard audit folds them) in the last full pass.");
-        for (int i = 0; i < p->ntop; i++) {
-            evbuf_adds(b, "ttlguard_audit_leaked_pattern_keys{rule=\"");
-            admin_label_value(b, p->top[i].rule);
-            evbuf_adds(b, "\",pattern=\"");
-            admin_label_value(b, p->top[i].text);
-            evbuf_printf(b, "\"} %llu\n", (unsigned long long)p->top[i].keys);
-        }
-    }
+}
+
+/* When the last pass ended, how long it took, how many keys it read. */
+static void metrics_when(struct evbuf *b, const struct pass_result *p)
+{
     family(b, "ttlguard_audit_last_pass_end_timestamp_seconds", "gauge",
            "When the last full background audit pass finished (Unix time).");
     evbuf_printf(b, "ttlguard_audit_last_pass_end_timestamp_seconds %.3f\n",
@@ -995,4 +1205,26 @@ void audit_bg_metrics(struct evbuf *b)
     family(b, "ttlguard_audit_last_pass_keys", "gauge",
            "Keys the last full background audit pass classified.");
     evbuf_printf(b, "ttlguard_audit_last_pass_keys %llu\n", (unsigned long long)p->keys);
+}
+
+void audit_bg_metrics(struct evbuf *b)
+{
+    if (!a.on)
+        return;
+    const struct pass_result *p = &a.last;
+    metrics_state(b);
+    if (!p->valid)
+        return;
+    family(b, "ttlguard_audit_keys", "gauge", "Keys under each rule by state (leaked: a rule "
+           "wants a TTL, the key has none; expiring: has a TTL; registered: durable, no TTL; "
+           "unregistered: default allow, no TTL), as the last full background audit pass "
+           "counted them.");
+    rule_samples(b, "ttlguard_audit_keys", p, 0);
+    if (p->with_memory) {
+        family(b, "ttlguard_audit_bytes", "gauge", "MEMORY USAGE of those keys summed "
+               "(audit_memory = on), as the last full pass counted them.");
+        rule_samples(b, "ttlguard_audit_bytes", p, 1);
+    }
+    metrics_patterns(b, p);
+    metrics_when(b, p);
 }

@@ -42,6 +42,10 @@ void audit_bg_cron(uint64_t now);
 /* A reload changed the backend: reconnect, and start the pass over. */
 void audit_bg_backend_changed(void);
 
+/* What keeps the audit from walking (no connection, a refused command),
+ * for /healthz; "" when nothing does or it is off. */
+const char *audit_bg_problem(void);
+
 /* The audit's families for /metrics (nothing when it is off). */
 void audit_bg_metrics(struct evbuf *b);
 

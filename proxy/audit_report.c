@@ -55,6 +55,7 @@ void arep_init(struct arep *a, const struct ruleset *rs)
     a->info_keys[0] = a->info_keys[1] = -1;
     a->info_expires[0] = a->info_expires[1] = -1;
     a->top = 20;
+    a->max_patterns = AREP_MAX_PATTERNS;
 }
 
 static void tally_free(struct arep_tally *t)
@@ -132,7 +133,27 @@ static struct arep_pattern *pattern_slot(struct arep_patterns *ps, const char *t
     }
 }
 
-static void pattern_add(struct arep_patterns *ps, const struct rule *r,
+/* Doubles the table of ps (64 slots at first). */
+static void patterns_grow(struct arep_patterns *ps)
+{
+    size_t ncap = ps->cap ? ps->cap * 2 : 64;
+    struct arep_pattern *nv = xcalloc(ncap, sizeof *nv);
+    for (size_t i = 0; i < ps->cap; i++) {
+        if (ps->v[i].text == NULL)
+            continue;
+        size_t j = ps->v[i].hash & (ncap - 1);
+        while (nv[j].text != NULL)
+            j = (j + 1) & (ncap - 1);
+        nv[j] = ps->v[i];
+    }
+    free(ps->v);
+    ps->v = nv;
+    ps->cap = ncap;
+}
+
+/* Count key under its pattern; past max distinct patterns a new one is
+ * counted as "other". */
+static void pattern_add(struct arep_patterns *ps, size_t max, const struct rule *r,
                         const char *key, size_t keylen, long long mem)
 {
     char text[256];
@@ -140,39 +161,20 @@ static void pattern_add(struct arep_patterns *ps, const struct rule *r,
     uint64_t h = hash_bytes(text, len);
     uint64_t bytes = mem > 0 ? (uint64_t)mem : 0;
 
-    if (ps->cap == 0 || (ps->n + 1) * 2 > ps->cap) {
-        if (ps->n >= AREP_MAX_PATTERNS) {
-            /* Table full: count a known pattern, but add no new one. */
-            struct arep_pattern *p = pattern_slot(ps, text, len, h);
-            if (p->text != NULL) {
-                p->keys++;
-                p->memory += bytes;
-            } else {
-                ps->other_keys++;
-                ps->other_memory += bytes;
-            }
-            return;
-        }
-        size_t ncap = ps->cap ? ps->cap * 2 : 64;
-        struct arep_pattern *nv = xcalloc(ncap, sizeof *nv);
-        for (size_t i = 0; i < ps->cap; i++) {
-            if (ps->v[i].text == NULL)
-                continue;
-            size_t j = ps->v[i].hash & (ncap - 1);
-            while (nv[j].text != NULL)
-                j = (j + 1) & (ncap - 1);
-            nv[j] = ps->v[i];
-        }
-        free(ps->v);
-        ps->v = nv;
-        ps->cap = ncap;
-    }
-
-    struct arep_pattern *p = pattern_slot(ps, text, len, h);
-    if (p->text != NULL) {
+    struct arep_pattern *p = ps->cap > 0 ? pattern_slot(ps, text, len, h) : NULL;
+    if (p != NULL && p->text != NULL) {
         p->keys++;
         p->memory += bytes;
         return;
+    }
+    if (ps->n >= max) {
+        ps->other_keys++;
+        ps->other_memory += bytes;
+        return;
+    }
+    if (ps->cap == 0 || (ps->n + 1) * 2 > ps->cap) {
+        patterns_grow(ps);
+        p = pattern_slot(ps, text, len, h);
     }
     p->text = xmemdup(text, len);
     p->len = len;
@@ -211,9 +213,9 @@ enum arep_group arep_add(struct arep *a, const struct rule *r, const char *key, 
 
     enum arep_group g = arep_group_of(r, has_ttl);
     if (g == AREP_LEAKED)
-        pattern_add(&a->patterns[0], r, key, len, mem);
+        pattern_add(&a->patterns[0], a->max_patterns, r, key, len, mem);
     else if (g == AREP_UNREGISTERED)
-        pattern_add(&a->patterns[1], r, key, len, mem);
+        pattern_add(&a->patterns[1], a->max_patterns, r, key, len, mem);
     return g;
 }
 

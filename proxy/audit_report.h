@@ -31,7 +31,8 @@
 
 #define AREP_TTL_BUCKETS 6      /* <1m, 1m-1h, 1h-1d, 1d-7d, 7d-30d, >30d */
 #define AREP_EXAMPLES 3         /* example keys kept per rule and state */
-#define AREP_MAX_PATTERNS 65536 /* distinct patterns per table; the rest is "other" */
+#define AREP_MAX_PATTERNS 65536 /* distinct patterns per table by default; the rest is
+                                   "other" (arep.max_patterns) */
 
 enum arep_ktype {
     KTYPE_STRING, KTYPE_LIST, KTYPE_SET, KTYPE_ZSET, KTYPE_HASH, KTYPE_STREAM,
@@ -84,7 +85,7 @@ struct arep_patterns {
     struct arep_pattern *v;     /* open addressing, cap a power of two */
     size_t cap;
     size_t n;
-    uint64_t other_keys;        /* keys past AREP_MAX_PATTERNS distinct patterns */
+    uint64_t other_keys;        /* keys past max_patterns distinct patterns */
     uint64_t other_memory;
 };
 
@@ -119,6 +120,8 @@ struct arep {
     char redis_version[32];
     int with_memory;
     int top;                    /* patterns to print */
+    size_t max_patterns;        /* distinct patterns kept per table (AREP_MAX_PATTERNS;
+                                   the background audit keeps fewer) */
 
     /* Per rule: v[i] is ruleset->v[i], v[nrules - 1] is the default rule. */
     struct arep_rule_stats *rules;
