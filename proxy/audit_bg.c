@@ -12,6 +12,7 @@
 #include "audit_bg.h"
 #include "audit_report.h"
 #include "backend.h"
+#include "cluster.h"
 #include "events.h"
 #include "rules.h"
 #include "server.h"
@@ -136,6 +137,7 @@ static struct abg {
 } a;
 
 static void step(void);
+static void pause_enter(const char *why, const char *detail, uint64_t now);
 
 /* ------------------------------------------------------------------------ */
 /* Results                                                                  */
@@ -377,13 +379,31 @@ static void rate_restart(uint64_t now)
     a.paid = a.batch != NULL ? a.batch->element[1]->elements : 0;
 }
 
-/* The servers a pass walks, into a.nodes: the backend. Returns 0, or -1
- * when they are not known yet. */
-static int pass_nodes(void)
+/* The servers a pass walks, into a.nodes: the backend, or every primary
+ * of the cluster that serves slots, one after the other. Returns 0, or -1
+ * when they are not known yet: no topology read has ended, or a primary
+ * is down and no failover has replaced it yet (a pause, "failover"). */
+static int pass_nodes(uint64_t now)
 {
+    struct target *t[MAX_NODES];
+    const char *down = NULL;
+    int n = 1;
+    if (a.srv->cfg->cluster)
+        n = cluster_primaries(t, MAX_NODES, &down);
+    else
+        t[0] = &a.srv->backend;
+    if (down != NULL) {
+        char detail[400];
+        snprintf(detail, sizeof detail, "the cluster's primary %s is not online: the pass "
+                 "waits for a failover (or its return)", down);
+        pause_enter("failover", detail, now);
+    }
+    if (n <= 0)
+        return -1;
     memset(a.nodes, 0, sizeof a.nodes);
-    a.nodes[0].t = &a.srv->backend;
-    a.nnodes = 1;
+    for (int i = 0; i < n; i++)
+        a.nodes[i].t = t[i];
+    a.nnodes = n;
     return 0;
 }
 
@@ -400,7 +420,7 @@ static void node_begin(int i)
 static int pass_begin(uint64_t now)
 {
     const struct config *cfg = a.srv->cfg;
-    if (pass_nodes() != 0)
+    if (pass_nodes(now) != 0)
         return -1;
     arep_init(&a.rep, &cfg->rules);
     a.rep.with_memory = cfg->audit_memory;
@@ -591,10 +611,19 @@ static struct target *node_target(void)
     return a.in_pass ? a.nodes[a.nodei].t : &a.srv->backend;
 }
 
-/* Connect (the connection is closed), to the pass's server. */
+/* Connect (the connection is closed), to the pass's server. A cluster node
+ * that is no longer an online primary (failed, failed over, gone) starts
+ * the pass over with the primaries the topology shows now: its shard may be
+ * served elsewhere, and a pass counts every shard once. */
 static void conn_open(void)
 {
     a.retry_at = 0;
+    if (a.in_pass && a.srv->cfg->cluster && !cluster_is_primary(a.nodes[a.nodei].t)) {
+        log_warn("audit: %s is no longer an online primary of the cluster: the pass starts "
+                 "over", a.nodes[a.nodei].t->name);
+        pass_drop();
+        a.next_pass = now_ms_monotonic() + RETRY_MS;
+    }
     a.c.t = node_target();
     bconn_connect(&a.c, 1);
 }
@@ -742,19 +771,25 @@ static void event_pause(int resumed, const char *reason, const char *detail)
     free(b.p);
 }
 
+/* The walk waits (for why: loading|failover|sync|memory); said once. */
+static void pause_enter(const char *why, const char *detail, uint64_t now)
+{
+    if (strcmp(a.paused, why) == 0)
+        return;
+    if (!a.paused[0])
+        a.paused_at = now;
+    snprintf(a.paused, sizeof a.paused, "%s", why);
+    log_warn("audit: paused: %s", detail);
+    event_pause(0, why, detail);
+}
+
 /* Pause, or resume, by what INFO says. Returns 1 while paused. */
 static int pause_check(const char *info, uint64_t now)
 {
     char detail[200];
     const char *why = pause_reason(info, detail, sizeof detail);
     if (why != NULL) {
-        if (strcmp(a.paused, why) != 0) {
-            if (!a.paused[0])
-                a.paused_at = now;
-            snprintf(a.paused, sizeof a.paused, "%s", why);
-            log_warn("audit: paused: %s", detail);
-            event_pause(0, why, detail);
-        }
+        pause_enter(why, detail, now);
         return 1;
     }
     if (a.paused[0]) {

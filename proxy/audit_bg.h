@@ -4,7 +4,9 @@
  * keys classified as `ttlguard audit` classifies them, and the result kept
  * as gauges per rule and an `audit_pass` event per pass.
  *
- *   every audit_interval:  INFO ──▶ the databases that have keys
+ *   every audit_interval:  the servers: the backend, or (cluster = on) every
+ *                          primary that serves slots, one after the other
+ *     per server:          INFO ──▶ the databases that have keys
  *     per database:        [SELECT db] SCAN cursor COUNT rate/100 ──▶ keys
  *                          (wait until the keys fit under audit_rate)
  *                          PTTL [, MEMORY USAGE] per key ──▶ arep_classify()
@@ -15,13 +17,26 @@
  *                          `audit_pass` event with the change since the last
  *                          pass and the `ttlguard audit --fix` command to run
  *
- * One backend connection of its own (the proxy's AUTH and TLS), one command
- * in flight at a time; it never writes (SCAN, PTTL, MEMORY USAGE, INFO,
- * SELECT, CLIENT SETNAME only). The position (database and cursor) and the
- * tallies so far survive a lost connection (the batch being read is asked
- * again) and a reload that keeps the same rules; a reload that changes the
- * rules, or the backend, starts the pass over. cluster = on is refused by
- * the config for now (one server only).
+ * One backend connection of its own (the proxy's AUTH and TLS), to one
+ * server at a time, one command in flight; it never writes (SCAN, PTTL,
+ * MEMORY USAGE, INFO, SELECT, CLIENT SETNAME only). audit_rate is one budget
+ * for the whole pass, whichever server it reads. The position (server,
+ * database, cursor) and the tallies so far survive a lost connection (the
+ * batch being read is asked again), a refusal (-LOADING, -BUSY: INFO again,
+ * the same batch later) and a reload that keeps the same rules; a reload
+ * that changes the rules, or the backend, starts the pass over, and so does
+ * a cluster primary that is no longer one (its shard is read again from
+ * the primary the topology shows; while a primary is down and not replaced
+ * the pass waits, paused "failover").
+ *
+ * Memory: the tallies per rule, at most PATTERNS_KEPT folded patterns per
+ * table, one SCAN batch (COUNT_MAX keys or so) and the last pass's result;
+ * nothing per key, so SCAN's rare duplicates (a table resizing) are counted
+ * twice rather than filtered as `ttlguard audit` filters them.
+ *
+ * Errors: a lost or silent (REPLY_MAX_MS) connection is reconnected; a
+ * refused command is asked again; what keeps the walk from going on is
+ * audit_bg_problem() (on /healthz, which stays 200).
  *
  * Called from the loop thread only, like every module of the proxy.
  */

@@ -1089,12 +1089,6 @@ static void check_cluster(struct parse *p, const struct section *s)
                 c->backend_tls ? "backend_tls = on" : "tls_listen");
         return;
     }
-    if (c->audit_interval) {
-        fail_at(p, line_of(s, "audit_interval"), "cluster = on with audit_interval is not "
-                "supported yet (the background audit reads one server): run ttlguard audit "
-                "--cluster, or a ttlguard with cluster = off against each primary");
-        return;
-    }
     if (c->watch) {
         fail_at(p, line_of(s, "watch"), "cluster = on with watch = on is not supported yet "
                 "(keyspace notifications are per node): run a ttlguard with watch = on and "

@@ -15,6 +15,12 @@ databases:
     lists no command COMMAND INFO flags as a write;
   - used_memory near maxmemory pauses the walk (audit_paused, the gauge,
     audit_resumed), /healthz stays 200;
+  - Redis loading (DEBUG RELOAD slowed by key-load-delay) pauses it, and the
+    batches refused with -LOADING are asked again, not counted as gone;
+  - cluster = on, against a real 6-node cluster (cluster_util): every primary
+    read once (and no replica), totals over the cluster, `nodes` in the
+    event; a primary killed mid-pass starts the pass over on the promoted
+    replica, and the next pass counts the same keyspace;
   - off by default: no ttlguard_audit_* families.
 """
 
@@ -23,7 +29,10 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
+
+import pytest
 
 import harness
 from harness import Conn, wait_for
@@ -279,8 +288,161 @@ def test_memory_near_maxmemory_pauses(redis_srv, make_proxy, tmp_path):
     assert b[(LG, "expiring")] == 0
 
 
+def test_loading_pauses(redis_srv, make_proxy, tmp_path):
+    """DEBUG RELOAD mid-pass, made slow by the server's own key-load-delay
+    (and events processed every KB meanwhile, so INFO answers loading:1 and
+    SCAN/PTTL -LOADING): the walk pauses (audit_paused loading), resumes
+    from its cursor when loading ends, and the pass counts the keyspace
+    exactly: no batch refused with -LOADING counted as expired keys."""
+    fill(redis_srv)
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_rate="600")
+    wait_for(lambda: 300 < value(scrape(admin), "ttlguard_audit_keys_read_total") < 1500,
+             harness.slow(10), "the pass under way", interval=0.05)
+    with Conn(redis_srv.port, timeout=60) as c:
+        assert c.cmd("CONFIG", "SET", "key-load-delay", "1000") == b"OK"          # us a key
+        assert c.cmd("CONFIG", "SET", "loading-process-events-interval-bytes", "1024") == b"OK"
+        t0 = time.monotonic()
+        assert c.cmd("DEBUG", "RELOAD") == b"OK"
+        took = time.monotonic() - t0
+        assert c.cmd("CONFIG", "SET", "key-load-delay", "0") == b"OK"
+    assert took > 2, "DEBUG RELOAD took %.2f s: too fast to see loading" % took
+    (e,) = wait_for(lambda: events(log, "audit_paused"), harness.slow(5), "audit_paused")
+    assert e["reason"] == "loading" and "loading:1" in e["message"], e
+    (r,) = wait_for(lambda: events(log, "audit_resumed"), harness.slow(5), "audit_resumed")
+    assert r["reason"] == "loading" and r["paused_ms"] > 0
+    m = wait_passes(admin, 1, 30)
+    assert keys_gauges(m) == EXPECTED
+    (e,) = events(log, "audit_pass")
+    assert e["keys"] == TOTAL and e["expired_during"] == 0
+
+
 def test_off_by_default(redis_srv, make_proxy):
     admin = harness.free_port()
     make_proxy(redis_srv, conf={"admin": "127.0.0.1:%d" % admin}, sections=SECTIONS)
     m = scrape(admin)
     assert not [k for k in m if k[0].startswith("ttlguard_audit_")]
+
+
+# --------------------------------------------------------------------------
+# cluster = on: every primary walked, one after the other
+# --------------------------------------------------------------------------
+
+# (prefix, how many, with a TTL): database 0 only, spread over the shards by
+# the keys' own slots.
+CLUSTER_KEYSPACE = [("s:", 600, False), ("s:e", 200, True), ("lg:", 150, False),
+                    ("du:", 100, False), ("o:", 100, False)]
+CLUSTER_TOTAL = sum(n for _, n, _ in CLUSTER_KEYSPACE)
+CLUSTER_EXPECTED = {
+    (S, "leaked"): 600, (S, "expiring"): 200, (LG, "leaked"): 150, (LG, "expiring"): 0,
+    (DU, "registered"): 100, (DU, "expiring"): 0,
+    (DEF, "unregistered"): 100, (DEF, "expiring"): 0,
+}
+
+
+def cluster_fill(cluster):
+    """CLUSTER_KEYSPACE written straight to the primary that owns each key."""
+    from cluster_util import key_slot
+    owner = {}
+    for lo, hi, port, _, _ in cluster.slots():
+        owner.update((s, port) for s in range(lo, hi + 1))
+    conns = {}
+    try:
+        for prefix, n, ttl in CLUSTER_KEYSPACE:
+            for i in range(1, n + 1):
+                key = "%s%d" % (prefix, i)
+                port = owner[key_slot(key)]
+                c = conns.get(port) or conns.setdefault(port, Conn(port).__enter__())
+                args = ("SET", key, "v") + (("EX", "3600") if ttl else ())
+                assert c.cmd(*args) == b"OK"
+    finally:
+        for c in conns.values():
+            c.__exit__(None, None, None)
+    return {p: cluster.cmd(p, "DBSIZE") for p in set(owner.values())}
+
+
+@pytest.fixture
+def filled_cluster(tmp_path):
+    """A 6-node cluster of the test's own holding CLUSTER_KEYSPACE: (cluster,
+    {primary port: its DBSIZE})."""
+    from cluster_util import Cluster
+    cluster = Cluster(tmp_path / "cluster").start()
+    try:
+        sizes = cluster_fill(cluster)
+        assert sum(sizes.values()) == CLUSTER_TOTAL and len(sizes) == 3
+        assert all(n > 0 for n in sizes.values()), sizes
+        yield cluster, sizes
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def audit_cproxy(tmp_path):
+    """start(cluster, rate) -> (proxy, admin port, events log): ttlguard with
+    cluster = on and the background audit; at teardown SIGTERM, exit 0."""
+    from cluster_util import ClusterProxy
+    started = []
+
+    def start(cluster, rate):
+        admin = harness.free_port()
+        log = os.path.join(str(tmp_path), "events.log")
+        p = ClusterProxy(tmp_path, cluster, {"admin": "127.0.0.1:%d" % admin, "events": log,
+                                             "audit_interval": "1h", "audit_rate": str(rate)},
+                         SECTIONS)
+        started.append(p)
+        p.start(expect=b"+PONG")
+        return p, admin, log
+
+    yield start
+    for p in started:
+        rc = p.stop()
+        if rc != 0:
+            sys.stderr.write(p.stderr())
+        assert rc == 0, "ttlguard exit status %s" % rc
+
+
+def test_cluster_walks_every_primary(filled_cluster, audit_cproxy):
+    cluster, sizes = filled_cluster
+    for port in cluster.ports:
+        assert cluster.cmd(port, "CONFIG", "RESETSTAT") == b"OK"
+    p, admin, log = audit_cproxy(cluster, 20000)
+    m = wait_passes(admin, 1, 30)
+    assert keys_gauges(m) == CLUSTER_EXPECTED
+    assert value(m, "ttlguard_audit_last_pass_keys") == CLUSTER_TOTAL
+    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "audit_pass")
+    assert e["keys"] == CLUSTER_TOTAL and e["leaked"] == 750
+    assert e["dbs"] == [{"db": 0, "leaked": 750}]
+    # One line per primary, each with the keys it holds.
+    nodes = {int(n["node"].rsplit(":", 1)[1]): n for n in e["nodes"]}
+    assert {port: n["keys"] for port, n in nodes.items()} == sizes
+    assert sum(n["leaked"] for n in nodes.values()) == 750
+    assert e["fix"] == ["ttlguard audit --config %s --cluster --fix --yes"
+                        % os.path.realpath(p.config_path)]
+    # Every primary was read, with nothing written; no replica was read.
+    for port in cluster.ports:
+        stats = commandstats(port)
+        if port in sizes:
+            assert {"scan", "pttl"} <= stats, (port, stats)
+            assert write_commands(port, stats) == [], (port, stats)
+        else:
+            assert "scan" not in stats and "pttl" not in stats, (port, stats)
+
+
+def test_cluster_primary_lost_mid_pass(filled_cluster, audit_cproxy):
+    """The primary being walked dies: once the topology shows it failed the
+    pass starts over on the primaries there are now (its replica, promoted),
+    and the next full pass counts the same keyspace."""
+    cluster, sizes = filled_cluster
+    p, admin, log = audit_cproxy(cluster, 300)
+    walking = wait_for(lambda: re.findall(r"audit: connected to 127\.0\.0\.1:(\d+): the pass",
+                                          p.stderr()), harness.slow(10), "the pass under way")
+    victim = int(walking[-1])
+    assert victim in sizes
+    cluster.server(victim).stop()
+    wait_for(lambda: "127.0.0.1:%d is no longer an online primary" % victim in p.stderr(),
+             harness.slow(30), "the pass to start over")
+    m = wait_passes(admin, 1, 60)
+    assert keys_gauges(m) == CLUSTER_EXPECTED
+    (e,) = events(log, "audit_pass")
+    ports = {int(n["node"].rsplit(":", 1)[1]) for n in e["nodes"]}
+    assert victim not in ports and len(ports) == 3
+    assert e["keys"] == CLUSTER_TOTAL

@@ -711,7 +711,14 @@ Test(config, audit_key_errors)
     load_err("[proxy]\naudit_rate = 1k\n", 2, "audit_rate = '1k'");
     load_err("[proxy]\naudit_rate = 10000001\n", 2, "from 1 to 10000000");
     load_err("[proxy]\naudit_memory = yes\n", 2, "audit_memory = 'yes'");
-    load_err("[proxy]\nlisten = 127.0.0.1:7400\nbackend = 127.0.0.1:7000\ncluster = on\n"
-             "cluster_ports = 7401-7499\naudit_interval = 1h\n", 6,
-             "cluster = on with audit_interval is not supported yet");
+}
+
+Test(config, audit_with_cluster)
+{
+    struct config cfg;
+    load_ok("[proxy]\nlisten = 127.0.0.1:7400\nbackend = 127.0.0.1:7000\ncluster = on\n"
+            "cluster_ports = 7401-7499\naudit_interval = 1h\n", &cfg);
+    cr_assert_eq(cfg.cluster, 1);
+    cr_assert_eq(cfg.audit_interval, 3600, "every primary is walked (audit_bg.c)");
+    config_free(&cfg);
 }
