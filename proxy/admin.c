@@ -40,6 +40,7 @@
 #include "session.h"
 #include "stats.h"
 #include "watch.h"
+#include "audit_bg.h"
 
 #define ADMIN_MAX_CONNS     64
 #define ADMIN_REQ_MAX       8192            /* bytes of URL + headers + body of one request */
@@ -270,6 +271,11 @@ static void label_value(struct evbuf *b, const char *s)
     }
 }
 
+void admin_label_value(struct evbuf *b, const char *s)
+{
+    label_value(b, s);
+}
+
 static void rule_label(struct evbuf *lab, const struct rule *r)
 {
     lab->len = 0;
@@ -495,6 +501,7 @@ static void render_metrics(struct evbuf *b)
     render_counters(b);
     if (adm.ctx->cfg->watch)
         render_watch(b);
+    audit_bg_metrics(b);
     render_rule_counters(b, &lab);
     render_backend(b, &lab);
     if (adm.ctx->cfg->cluster)
@@ -531,11 +538,12 @@ static void render_rules(struct evbuf *b)
 
 /* ---- /healthz ------------------------------------------------------------------ */
 
-/* The watcher's trouble, if any, after the first line of /healthz. */
+/* The watcher's and the background audit's trouble, if any, after the
+ * first line of /healthz (they do not make it unhealthy). */
 static void health_text(char *text, size_t len, const char *first)
 {
-    const char *w = watch_problem();
-    snprintf(text, len, "%s%s%s", first, w, w[0] ? "\n" : "");
+    const char *w = watch_problem(), *au = audit_bg_problem();
+    snprintf(text, len, "%s%s%s%s%s", first, w, w[0] ? "\n" : "", au, au[0] ? "\n" : "");
 }
 
 static void health_answer(struct admin_conn *c, int head, int keep_alive)

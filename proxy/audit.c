@@ -667,15 +667,9 @@ static int on_keys_done(struct scan *s, struct batch *b, char *err, size_t errle
             rep->duplicates++;
             continue;
         }
-        /* PTTL -2 or TYPE none: SCAN returned it, then it expired (or was
-         * deleted) before we asked. Not an error; counted on its own. */
-        if (b->pttl[i] < -1 || b->type[i] == KTYPE_NONE) {
-            rep->expired_during++;
-            continue;
-        }
-        const struct rule *r = rules_match(&s->cfg->rules, key, len);
-        enum arep_group g = arep_add(rep, r, key, len, b->pttl[i],
-                                     (enum arep_ktype)b->type[i], s->o->memory ? b->mem[i] : -1);
+        const struct rule *r;
+        int g = arep_classify(rep, &s->cfg->rules, key, len, b->pttl[i],
+                              (enum arep_ktype)b->type[i], s->o->memory ? b->mem[i] : -1, &r);
         if (g != AREP_LEAKED || rep->fix == AREP_FIX_OFF)
             continue;
         if (r->ttl <= 0) {

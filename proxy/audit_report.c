@@ -42,12 +42,20 @@ void arep_init(struct arep *a, const struct ruleset *rs)
     a->rs = rs;
     a->nrules = rs->n + 1;
     a->rules = xcalloc(a->nrules, sizeof *a->rules);
-    for (size_t i = 0; i < rs->n; i++)
-        a->rules[i].rule = &rs->v[i];
-    a->rules[rs->n].rule = &rs->dflt;
+    a->rule_sig = xcalloc(a->nrules, sizeof *a->rule_sig);
+    for (size_t i = 0; i < a->nrules; i++) {
+        const struct rule *r = i < rs->n ? &rs->v[i] : &rs->dflt;
+        a->rules[i].rule = r;
+        a->rule_sig[i].kind = r->kind;
+        a->rule_sig[i].action = r->action;
+        a->rule_sig[i].ttl = r->ttl;
+        a->rule_sig[i].prefix = xmemdup(r->prefix, r->prefix_len);
+        a->rule_sig[i].prefix_len = r->prefix_len;
+    }
     a->info_keys[0] = a->info_keys[1] = -1;
     a->info_expires[0] = a->info_expires[1] = -1;
     a->top = 20;
+    a->max_patterns = AREP_MAX_PATTERNS;
 }
 
 static void tally_free(struct arep_tally *t)
@@ -64,6 +72,9 @@ void arep_free(struct arep *a)
         tally_free(&a->rules[i].with_ttl);
     }
     free(a->rules);
+    for (size_t i = 0; a->rule_sig != NULL && i < a->nrules; i++)
+        free(a->rule_sig[i].prefix);
+    free(a->rule_sig);
     for (int t = 0; t < 2; t++) {
         struct arep_patterns *ps = &a->patterns[t];
         for (size_t i = 0; i < ps->cap; i++) {
@@ -88,7 +99,7 @@ static size_t rule_index(const struct arep *a, const struct rule *r)
     return (size_t)(r - a->rs->v);
 }
 
-static enum arep_group group_of(const struct rule *r, int has_ttl)
+enum arep_group arep_group_of(const struct rule *r, int has_ttl)
 {
     if (r->kind == RULE_DURABLE)
         return has_ttl ? AREP_REGISTERED_TTL : AREP_REGISTERED;
@@ -122,7 +133,27 @@ static struct arep_pattern *pattern_slot(struct arep_patterns *ps, const char *t
     }
 }
 
-static void pattern_add(struct arep_patterns *ps, const struct rule *r,
+/* Doubles the table of ps (64 slots at first). */
+static void patterns_grow(struct arep_patterns *ps)
+{
+    size_t ncap = ps->cap ? ps->cap * 2 : 64;
+    struct arep_pattern *nv = xcalloc(ncap, sizeof *nv);
+    for (size_t i = 0; i < ps->cap; i++) {
+        if (ps->v[i].text == NULL)
+            continue;
+        size_t j = ps->v[i].hash & (ncap - 1);
+        while (nv[j].text != NULL)
+            j = (j + 1) & (ncap - 1);
+        nv[j] = ps->v[i];
+    }
+    free(ps->v);
+    ps->v = nv;
+    ps->cap = ncap;
+}
+
+/* Count key under its pattern; past max distinct patterns a new one is
+ * counted as "other". */
+static void pattern_add(struct arep_patterns *ps, size_t max, const struct rule *r,
                         const char *key, size_t keylen, long long mem)
 {
     char text[256];
@@ -130,39 +161,20 @@ static void pattern_add(struct arep_patterns *ps, const struct rule *r,
     uint64_t h = hash_bytes(text, len);
     uint64_t bytes = mem > 0 ? (uint64_t)mem : 0;
 
-    if (ps->cap == 0 || (ps->n + 1) * 2 > ps->cap) {
-        if (ps->n >= AREP_MAX_PATTERNS) {
-            /* Table full: count a known pattern, but add no new one. */
-            struct arep_pattern *p = pattern_slot(ps, text, len, h);
-            if (p->text != NULL) {
-                p->keys++;
-                p->memory += bytes;
-            } else {
-                ps->other_keys++;
-                ps->other_memory += bytes;
-            }
-            return;
-        }
-        size_t ncap = ps->cap ? ps->cap * 2 : 64;
-        struct arep_pattern *nv = xcalloc(ncap, sizeof *nv);
-        for (size_t i = 0; i < ps->cap; i++) {
-            if (ps->v[i].text == NULL)
-                continue;
-            size_t j = ps->v[i].hash & (ncap - 1);
-            while (nv[j].text != NULL)
-                j = (j + 1) & (ncap - 1);
-            nv[j] = ps->v[i];
-        }
-        free(ps->v);
-        ps->v = nv;
-        ps->cap = ncap;
-    }
-
-    struct arep_pattern *p = pattern_slot(ps, text, len, h);
-    if (p->text != NULL) {
+    struct arep_pattern *p = ps->cap > 0 ? pattern_slot(ps, text, len, h) : NULL;
+    if (p != NULL && p->text != NULL) {
         p->keys++;
         p->memory += bytes;
         return;
+    }
+    if (ps->n >= max) {
+        ps->other_keys++;
+        ps->other_memory += bytes;
+        return;
+    }
+    if (ps->cap == 0 || (ps->n + 1) * 2 > ps->cap) {
+        patterns_grow(ps);
+        p = pattern_slot(ps, text, len, h);
     }
     p->text = xmemdup(text, len);
     p->len = len;
@@ -199,11 +211,11 @@ enum arep_group arep_add(struct arep *a, const struct rule *r, const char *key, 
     }
     a->seen++;
 
-    enum arep_group g = group_of(r, has_ttl);
+    enum arep_group g = arep_group_of(r, has_ttl);
     if (g == AREP_LEAKED)
-        pattern_add(&a->patterns[0], r, key, len, mem);
+        pattern_add(&a->patterns[0], a->max_patterns, r, key, len, mem);
     else if (g == AREP_UNREGISTERED)
-        pattern_add(&a->patterns[1], r, key, len, mem);
+        pattern_add(&a->patterns[1], a->max_patterns, r, key, len, mem);
     return g;
 }
 
@@ -218,6 +230,21 @@ enum arep_ktype arep_ktype_parse(const char *s, size_t len)
     return KTYPE_OTHER;
 }
 
+int arep_classify(struct arep *a, const struct ruleset *rs, const char *key, size_t len,
+                  long long pttl_ms, enum arep_ktype type, long long mem, const struct rule **rule)
+{
+    /* PTTL -2 or TYPE none: SCAN returned it, then it expired (or was
+     * deleted) before we asked. Not an error; counted on its own. */
+    if (pttl_ms < -1 || type == KTYPE_NONE) {
+        a->expired_during++;
+        return AREP_GONE;
+    }
+    const struct rule *r = rules_match(rs, key, len);
+    if (rule != NULL)
+        *rule = r;
+    return (int)arep_add(a, r, key, len, pttl_ms, type, mem);
+}
+
 uint64_t arep_leaked(const struct arep *a)
 {
     uint64_t n = 0;
@@ -225,6 +252,35 @@ uint64_t arep_leaked(const struct arep *a)
         if (rule_wants_ttl(a->rules[i].rule))
             n += a->rules[i].no_ttl.keys;
     return n;
+}
+
+int arep_rebind(struct arep *a, const struct ruleset *rs)
+{
+    if (rs->n + 1 != a->nrules)
+        return -1;
+    const struct rule *to[a->nrules];
+    for (size_t i = 0; i < a->nrules; i++) {
+        const struct rule *r = i < rs->n ? &rs->v[i] : &rs->dflt;
+        if (r->kind != a->rule_sig[i].kind || r->action != a->rule_sig[i].action
+            || r->ttl != a->rule_sig[i].ttl || r->prefix_len != a->rule_sig[i].prefix_len
+            || memcmp(r->prefix, a->rule_sig[i].prefix, r->prefix_len) != 0)
+            return -1;
+        to[i] = r;
+    }
+    /* The old rules are gone: their addresses are compared, never read. */
+    for (int t = 0; t < 2; t++) {
+        struct arep_patterns *ps = &a->patterns[t];
+        for (size_t j = 0; j < ps->cap; j++)
+            for (size_t i = 0; ps->v[j].text != NULL && i < a->nrules; i++)
+                if (ps->v[j].rule == a->rules[i].rule) {
+                    ps->v[j].rule = to[i];
+                    break;
+                }
+    }
+    for (size_t i = 0; i < a->nrules; i++)
+        a->rules[i].rule = to[i];
+    a->rs = rs;
+    return 0;
 }
 
 /* ---- escaping and folding --------------------------------------------- */
@@ -467,7 +523,7 @@ static void group_tally(const struct arep *a, enum arep_group g, struct arep_tal
     for (size_t i = 0; i < a->nrules; i++) {
         const struct rule *r = a->rules[i].rule;
         for (int has_ttl = 0; has_ttl < 2; has_ttl++) {
-            if (group_of(r, has_ttl) != g)
+            if (arep_group_of(r, has_ttl) != g)
                 continue;
             const struct arep_tally *t = has_ttl ? &a->rules[i].with_ttl : &a->rules[i].no_ttl;
             out->keys += t->keys;

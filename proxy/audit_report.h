@@ -31,7 +31,8 @@
 
 #define AREP_TTL_BUCKETS 6      /* <1m, 1m-1h, 1h-1d, 1d-7d, 7d-30d, >30d */
 #define AREP_EXAMPLES 3         /* example keys kept per rule and state */
-#define AREP_MAX_PATTERNS 65536 /* distinct patterns per table; the rest is "other" */
+#define AREP_MAX_PATTERNS 65536 /* distinct patterns per table by default; the rest is
+                                   "other" (arep.max_patterns) */
 
 enum arep_ktype {
     KTYPE_STRING, KTYPE_LIST, KTYPE_SET, KTYPE_ZSET, KTYPE_HASH, KTYPE_STREAM,
@@ -84,7 +85,7 @@ struct arep_patterns {
     struct arep_pattern *v;     /* open addressing, cap a power of two */
     size_t cap;
     size_t n;
-    uint64_t other_keys;        /* keys past AREP_MAX_PATTERNS distinct patterns */
+    uint64_t other_keys;        /* keys past max_patterns distinct patterns */
     uint64_t other_memory;
 };
 
@@ -100,6 +101,15 @@ struct arep_node {
     uint64_t leaked;
 };
 
+/* What a rule was when the tallies began (arep_rebind compares it). */
+struct arep_rule_sig {
+    enum rule_kind kind;
+    enum rule_action action;
+    long long ttl;
+    char *prefix;               /* owned */
+    size_t prefix_len;
+};
+
 struct arep {
     /* What was audited (set by the caller; strings borrowed). */
     const char *config_path;
@@ -110,11 +120,14 @@ struct arep {
     char redis_version[32];
     int with_memory;
     int top;                    /* patterns to print */
+    size_t max_patterns;        /* distinct patterns kept per table (AREP_MAX_PATTERNS;
+                                   the background audit keeps fewer) */
 
     /* Per rule: v[i] is ruleset->v[i], v[nrules - 1] is the default rule. */
     struct arep_rule_stats *rules;
     size_t nrules;
     const struct ruleset *rs;
+    struct arep_rule_sig *rule_sig;     /* [nrules]: the rules as they were at arep_init */
 
     struct arep_patterns patterns[2];   /* [0] leaked, [1] unregistered */
 
@@ -147,6 +160,25 @@ void arep_free(struct arep *a);
  * unknown. Returns the key's group. The key bytes are copied if kept. */
 enum arep_group arep_add(struct arep *a, const struct rule *r, const char *key, size_t len,
                          long long pttl_ms, enum arep_ktype type, long long mem);
+
+/* The group of a live key under rule r (the table above). */
+enum arep_group arep_group_of(const struct rule *r, int has_ttl);
+
+/* A reload gave a new ruleset: point the tallies at its rules when they are
+ * the same rules (kind, action, ttl and prefix, in order) and return 0; -1
+ * when they differ (the tallies then still name the old ones: start over).
+ * The old rules may already be freed: only their addresses are compared. */
+int arep_rebind(struct arep *a, const struct ruleset *rs);
+
+/* One key SCAN returned, with what PTTL, TYPE (and MEMORY USAGE, mem < 0
+ * when not asked) answered: counted as gone (expired_during) when it no
+ * longer exists, else under its rule (rules_match, *rule when not NULL) by
+ * arep_add(). Returns its group, or AREP_GONE. The one classification of
+ * `ttlguard audit` and the background audit (audit_bg.c). */
+#define AREP_GONE (-1)
+int arep_classify(struct arep *a, const struct ruleset *rs, const char *key, size_t len,
+                  long long pttl_ms, enum arep_ktype type, long long mem,
+                  const struct rule **rule);
 
 /* TYPE reply (a status string) to a type. */
 enum arep_ktype arep_ktype_parse(const char *s, size_t len);

@@ -26,6 +26,7 @@ struct cnode {
     char id[41];                /* node id, once the topology said it */
     char hostname[256];         /* the hostname it announces, if any (redirects may use it) */
     int primary;
+    int owns_slots;             /* a primary that serves slots (not a failed one replaced) */
     int seen;                   /* in the last topology read */
     int missed;                 /* topology reads in a row that did not show it */
     int healthy;                /* ...and not failed there */
@@ -44,6 +45,7 @@ static struct {
     int asked;                  /* a CLUSTER SHARDS is in flight */
     int use_slots;              /* the seed refused CLUSTER SHARDS: CLUSTER SLOTS */
     uint64_t next_refresh;      /* monotonic ms */
+    uint64_t reads;             /* topology reads that ended with a topology */
     int stopping;
 } cl;
 
@@ -651,7 +653,7 @@ static void wake_waiters(void)
 /* ---- reading the topology ------------------------------------------------------- */
 
 /* One node of a CLUSTER SHARDS reply (a flat key-value array in RESP2). */
-static void learn_shard_node(struct rv *node)
+static void learn_shard_node(struct rv *node, int shard_has_slots)
 {
     struct rv *role = rv_get(node, "role"), *health = rv_get(node, "health");
     struct node_ref r = shard_node_ref(node);
@@ -661,6 +663,7 @@ static void learn_shard_node(struct rv *node)
     c->seen = 1;
     c->healthy = health == NULL || rv_is(health, "online");
     c->primary = role != NULL && rv_is(role, "master");
+    c->owns_slots = c->primary && shard_has_slots;
 }
 
 /* CLUSTER SLOTS (servers without SHARDS): the nodes that serve slots. */
@@ -677,7 +680,7 @@ static void learn_slots(struct rv *root)
             if (c == NULL)
                 continue;
             c->seen = c->healthy = 1;
-            c->primary = j == 2;
+            c->primary = c->owns_slots = j == 2;
         }
     }
 }
@@ -707,11 +710,14 @@ static void learn_topology(const char *p, size_t n)
     } else {
         for (size_t i = 0; t.root->type == '*' && i < t.root->n; i++) {
             struct rv *nodes = rv_get(&t.root->el[i], "nodes");
+            struct rv *slots = rv_get(&t.root->el[i], "slots");
+            int has_slots = slots != NULL && slots->type == '*' && slots->n > 0;
             for (size_t j = 0; nodes != NULL && nodes->type == '*' && j < nodes->n; j++)
-                learn_shard_node(&nodes->el[j]);
+                learn_shard_node(&nodes->el[j], has_slots);
         }
     }
     rv_free(&t);
+    cl.reads++;
     for (struct cnode *c = cl.nodes; c != NULL; c = c->next)
         c->missed = c->seen ? 0 : c->missed + 1;
     entry_follow();
@@ -875,6 +881,32 @@ void cluster_each(void (*fn)(void *ctx, const struct cluster_node_info *n), void
         };
         fn(ctx, &info);
     }
+}
+
+int cluster_primaries(struct target **out, int max, const char **down)
+{
+    int n = 0;
+    *down = NULL;
+    if (cl.reads == 0)
+        return -1;
+    for (struct cnode *c = cl.nodes; c != NULL && n < max; c = c->next) {
+        if (!c->seen || !c->owns_slots)
+            continue;
+        if (!c->healthy) {
+            *down = c->t.name;  /* its slots have no online primary until a failover */
+            return -1;
+        }
+        out[n++] = &c->t;
+    }
+    return n;
+}
+
+int cluster_is_primary(const struct target *t)
+{
+    for (const struct cnode *c = cl.nodes; c != NULL; c = c->next)
+        if (&c->t == t)
+            return c->seen && c->healthy && c->primary;
+    return 0;
 }
 
 void cluster_free(void)

@@ -91,6 +91,16 @@ struct cluster_node_info {
 /* Call fn for every node known. */
 void cluster_each(void (*fn)(void *ctx, const struct cluster_node_info *n), void *ctx);
 
+/* The primaries that serve slots, for the background audit (audit_bg.c):
+ * their targets into out (at most max; a target lives until
+ * cluster_free()). Returns how many; -1 while no topology read has ended,
+ * or while one of them is not online (*down: its name): until a failover
+ * gives its slots a primary, no list covers every shard. */
+int cluster_primaries(struct target **out, int max, const char **down);
+
+/* 1 while the last topology read showed t as an online primary. */
+int cluster_is_primary(const struct target *t);
+
 /* Free what is left once the loop has ended. */
 void cluster_free(void);
 

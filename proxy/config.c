@@ -91,6 +91,7 @@ static int parse_backend(const struct conf_key *, enum section_kind, const char 
 static int parse_port_range(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_secret(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_digest(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_duration(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 
 #define CFG(f)  offsetof(struct config, f)
 #define RULE(f) offsetof(struct rule, f)
@@ -120,6 +121,9 @@ static const struct conf_key conf_keys[] = {
     { "multiplex",           IN_PROXY, parse_onoff,    CFG(multiplex),           0, 0, NULL },
     { "watch",               IN_PROXY, parse_onoff,    CFG(watch),               0, 0, NULL },
     { "watch_configure",     IN_PROXY, parse_onoff,    CFG(watch_configure),     0, 0, NULL },
+    { "audit_interval",      IN_PROXY, parse_duration, CFG(audit_interval),      0, DURATION_MAX, "seconds (0 or empty = off)" },
+    { "audit_rate",          IN_PROXY, parse_uint,     CFG(audit_rate),          1, 10000000, "keys per second" },
+    { "audit_memory",        IN_PROXY, parse_onoff,    CFG(audit_memory),        0, 0, NULL },
 
     { "backend_tls",              IN_PROXY, parse_onoff,    CFG(backend_tls),              0, 0, NULL },
     { "backend_tls_ca_cert_file", IN_PROXY, parse_optional, CFG(backend_tls_ca_cert_file), 0, 0, NULL },
@@ -243,6 +247,31 @@ int config_parse_bytes(const char *text, size_t *out)
     return 0;
 }
 
+int config_parse_duration(const char *text, unsigned long long *secs)
+{
+    static const struct { char suffix; unsigned long long mul; } units[] = {
+        { 's', 1 }, { 'm', 60 }, { 'h', 3600 }, { 'd', 86400 },
+    };
+    size_t len = strlen(text);
+    unsigned long long mul = 1, v;
+
+    if (len == 0) {
+        *secs = 0;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (len > 1 && (text[len - 1] | 0x20) == units[i].suffix) {
+            mul = units[i].mul;
+            len--;
+            break;
+        }
+    }
+    if (parse_digits(text, len, &v) < 0 || v > ULLONG_MAX / mul)
+        return -1;
+    *secs = v * mul;
+    return 0;
+}
+
 static int bad_number(const struct conf_key *k, const char *value, char *err, size_t errlen)
 {
     snprintf(err, errlen, "%s = '%s': expected a whole number of %s from %lld to %lld",
@@ -277,6 +306,21 @@ static int parse_uint(const struct conf_key *k, enum section_kind in, const char
     long long v;
     if (parse_number(k, value, &v, err, errlen) < 0)
         return -1;
+    *(unsigned *)field = (unsigned)v;
+    return 0;
+}
+
+/* Seconds, or a number with s, m, h or d; empty is 0 (unsigned field). */
+static int parse_duration(const struct conf_key *k, enum section_kind in, const char *value,
+                          void *field, char *err, size_t errlen)
+{
+    unsigned long long v;
+    if (config_parse_duration(value, &v) < 0 || v > (unsigned long long)k->max) {
+        snprintf(err, errlen, "%s = '%s': expected a duration: seconds, or a number with s, m, "
+                 "h or d (like 3600, 90m, 1h, 1d), at most %lld seconds; 0 or empty = off",
+                 k->name, value, k->max);
+        return -1;
+    }
     *(unsigned *)field = (unsigned)v;
     return 0;
 }
@@ -1216,6 +1260,7 @@ static void proxy_defaults(struct config *cfg)
     cfg->event_window = 10;
     cfg->multiplex = 1;
     cfg->backend_tls_verify = 1;
+    cfg->audit_rate = 1000;
 }
 
 void config_defaults(struct config *cfg)

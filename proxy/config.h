@@ -49,6 +49,10 @@ struct config {
     int multiplex;                  /* share backend connections between sessions; 1 */
     int watch;                      /* check keys written out of sight (watch.c); 0 */
     int watch_configure;            /* ...and set notify-keyspace-events if needed; 0 */
+    unsigned audit_interval;        /* seconds between the starts of two background audit
+                                       passes (audit_bg.c); 0 = off */
+    unsigned audit_rate;            /* keys per second the background audit reads; 1000 */
+    int audit_memory;               /* ...and MEMORY USAGE of each key: bytes per rule; 0 */
 
     /* TLS (tls.h). Paths are NULL when unset. */
     int backend_tls;                /* TLS to the backend; 0 */
@@ -104,5 +108,9 @@ void config_free(struct config *cfg);
 /* Parse a byte size as written in the file: "4096", "64kb", "4mb", "1gb"
  * (suffixes x1024, any case). Returns 0, or -1 without touching *out. */
 int config_parse_bytes(const char *text, size_t *out);
+
+/* Parse a duration as written in the file: "3600", "90s", "30m", "1h",
+ * "7d" (any case); "" is 0. Returns 0, or -1 without touching *secs. */
+int config_parse_duration(const char *text, unsigned long long *secs);
 
 #endif

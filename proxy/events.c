@@ -1293,6 +1293,18 @@ void events_watch_gap(uint64_t gap_ms, uint64_t missed)
     line_end(b);
 }
 
+void events_members(enum event_name e, const char *members, size_t len)
+{
+    if (!ev.on)
+        return;
+    struct evbuf *b = line_begin(e);
+    if (len > 0) {
+        evbuf_add(b, ",", 1);
+        evbuf_add(b, members, len);
+    }
+    line_end(b);
+}
+
 void events_backend_policy(const struct config *cfg, const char *policy, const char *why)
 {
     size_t durable = 0, ttl = 0;

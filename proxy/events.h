@@ -169,11 +169,19 @@ const char *ev_action_name(enum ev_action a);
     X(EVN_BACKEND_POLICY, "backend_policy") \
     X(EVN_CONFIG_RELOADED, "config_reloaded") \
     X(EVN_CONFIG_REJECTED, "config_rejected") \
-    X(EVN_AUDIT_FIX, "audit_fix")
+    X(EVN_AUDIT_FIX, "audit_fix") \
+    X(EVN_AUDIT_PASS, "audit_pass") \
+    X(EVN_AUDIT_PAUSED, "audit_paused") \
+    X(EVN_AUDIT_RESUMED, "audit_resumed")
 
 #define EVN_ENUM(id, name) id,
 enum event_name { EVENT_NAMES(EVN_ENUM) EVN__COUNT };
 #undef EVN_ENUM
+
+/* An event whose members another module wrote: members is JSON object
+ * members without braces (",\"a\":1" is wrong, "\"a\":1" right), after ts
+ * and event. The background audit's events (audit_bg.c). */
+void events_members(enum event_name e, const char *members, size_t len);
 
 const char *event_name(enum event_name e);
 /* The event called s (case-insensitive), or -1 for a name the log does not have. */

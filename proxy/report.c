@@ -509,8 +509,21 @@ struct vpoint {
     uint64_t n;
 };
 
+/* An audit_pass line: the keyspace by state at the end of a background audit pass. */
+struct apass {
+    int64_t ms;                 /* its ts; -1 unreadable */
+    uint64_t v[4];              /* leaked, expiring, registered, unregistered */
+    uint64_t keys;
+    long long leaked_change;
+    int change_known;
+};
+
+static const char *const apass_states[4] = { "leaked", "expiring", "registered", "unregistered" };
+
 struct report {
     uint64_t lines, events, skipped;
+    struct apass *passes;       /* audit_pass lines in the order read */
+    size_t npasses, cap_passes;
     char first_ts[32], last_ts[32];
     struct reg *regs;
     size_t nregs;
@@ -644,6 +657,26 @@ static void violation(struct report *r, const struct jobj *o, struct slice ts, u
     count_keys(r, o, rule);
 }
 
+static void audit_pass(struct report *r, const struct jobj *o, struct slice ts)
+{
+    if (r->npasses == r->cap_passes) {
+        r->cap_passes = r->cap_passes ? r->cap_passes * 2 : 64;
+        r->passes = xrealloc(r->passes, r->cap_passes * sizeof *r->passes);
+    }
+    struct apass *a = &r->passes[r->npasses++];
+    memset(a, 0, sizeof *a);
+    if (parse_ts(ts, &a->ms) != 0)
+        a->ms = -1;
+    for (int i = 0; i < 4; i++) {
+        const struct jfield *f = get(o, apass_states[i], J_NUM);
+        a->v[i] = f != NULL && f->num > 0 ? (uint64_t)f->num : 0;
+    }
+    const struct jfield *k = get(o, "keys", J_NUM), *c = get(o, "leaked_change", J_NUM);
+    a->keys = k != NULL && k->num > 0 ? (uint64_t)k->num : 0;
+    a->change_known = c != NULL;
+    a->leaked_change = c != NULL ? c->num : 0;
+}
+
 static void event(struct report *r, const struct jobj *o)
 {
     struct slice ev = str(o, "event");
@@ -698,6 +731,9 @@ static void event(struct report *r, const struct jobj *o)
         r->starts++;
         break;
     }
+    case EVN_AUDIT_PASS:
+        audit_pass(r, o, ts);
+        break;
     default:                        /* watch_gap, audit_fix, names of a newer ttlguard */
         break;
     }
@@ -933,6 +969,16 @@ static void print_report(struct report *r, int nfiles, size_t top)
     print_top_keys(r, top);
     print_durable_and_unverified(r);
     print_config_and_backend(r);
+    if (r->npasses > 0) {
+        const struct apass *a = &r->passes[r->npasses - 1];
+        printf("\nBackground audit: %zu passes; the last: %llu keys, %llu leaked",
+               r->npasses, (unsigned long long)a->keys, (unsigned long long)a->v[0]);
+        if (a->change_known)
+            printf(" (%+lld since the pass before)", a->leaked_change);
+        printf(", %llu expiring, %llu registered, %llu unregistered\n",
+               (unsigned long long)a->v[1], (unsigned long long)a->v[2],
+               (unsigned long long)a->v[3]);
+    }
 }
 
 /* ---- --html --------------------------------------------------------------- */
@@ -1107,6 +1153,49 @@ static void page_over_time(FILE *f, struct report *r)
         free(names[i]);
 }
 
+/* The background audit's passes over time: the keyspace by state at the
+ * last pass of each time bucket (a gauge: the last pass counts, not a sum). */
+static void page_audit(FILE *f, const struct report *r)
+{
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (size_t i = 0; i < r->npasses; i++) {
+        if (r->passes[i].ms < 0)
+            continue;
+        first = r->passes[i].ms < first ? r->passes[i].ms : first;
+        last = r->passes[i].ms > last ? r->passes[i].ms : last;
+    }
+    if (first > last)
+        return;
+    struct html_timeline tl = { 0, 1000, 0 };
+    html_timeline_for(&tl, first, last, PAGE_BUCKETS);
+    uint64_t *vals = xcalloc(4 * tl.nbuckets + 1, sizeof *vals);
+    int64_t *at = xcalloc(tl.nbuckets + 1, sizeof *at);
+    for (size_t i = 0; i < r->npasses; i++) {
+        const struct apass *a = &r->passes[i];
+        if (a->ms < 0)
+            continue;
+        size_t b = (size_t)((a->ms - tl.start_ms) / tl.step_ms);
+        if (at[b] > a->ms)
+            continue;
+        at[b] = a->ms;
+        for (int s = 0; s < 4; s++)
+            vals[(size_t)s * tl.nbuckets + b] = a->v[s];
+    }
+    struct html_series s[4];
+    for (int i = 0; i < 4; i++)
+        s[i] = (struct html_series){ apass_states[i], vals + (size_t)i * tl.nbuckets };
+    html_stacked_chart(f, "Keys by state at each background audit pass (audit_pass; the last "
+                       "pass of each bucket)", &tl, s, 4);
+    const struct apass *a = &r->passes[r->npasses - 1];
+    char change[64] = "";
+    if (a->change_known)
+        snprintf(change, sizeof change, " (%+lld since the pass before)", a->leaked_change);
+    html_para(f, "note", "%zu passes; the last: %llu keys, %llu leaked%s", r->npasses,
+              (unsigned long long)a->keys, (unsigned long long)a->v[0], change);
+    free(vals);
+    free(at);
+}
+
 /* Bars of the top entries of a tally, labelled by part[0] in printable form
  * (shown: part[0] is already, as a folded pattern is). */
 static void page_bars(FILE *f, const char *title, const struct tally *t, size_t top, size_t color,
@@ -1229,6 +1318,8 @@ static void print_html(FILE *f, struct report *r, int nfiles, size_t top)
     page_totals(f, r, nfiles);
     page_rules(f, r);
     page_violations(f, r);
+    if (r->npasses > 0)
+        page_audit(f, r);
     page_keys(f, r, top);
     page_tally(f, "Writes to durable keys (ttl_on_durable: a TTL makes them evictable)",
                &r->durable, "rlll", dhead);
@@ -1259,6 +1350,7 @@ static void report_free(struct report *r)
     tally_free(&r->by_rule);
     tally_free(&r->by_rule_action);
     free(r->points);
+    free(r->passes);
     tally_free(&r->durable);
     tally_free(&r->keys);
     tally_free(&r->unverified);

@@ -10,6 +10,7 @@
 #include <netdb.h>
 
 #include "admin.h"
+#include "audit_bg.h"
 #include "backend.h"
 #include "cluster.h"
 #include "control.h"
@@ -57,6 +58,7 @@ static void finish_shutdown(struct server *srv)
     mux_shutdown();
     control_stop();
     watch_stop();
+    audit_bg_stop();
     cluster_stop();
     tls_shutdown_module();
     if (!uv_is_closing((uv_handle_t *)&srv->cron)) {
@@ -106,6 +108,7 @@ static void on_cron(uv_timer_t *t)
     }
     control_cron(now, mux_in_use());
     watch_cron(now);
+    audit_bg_cron(now);
     /* After a burst (thousands of clients gone, big replies passed) glibc
      * keeps the freed pages; give them back, so RSS returns to its level. */
     static uint64_t trimmed;
@@ -283,6 +286,7 @@ static void reload(struct server *srv)
         mux_backend_changed();
         control_backend_changed();
         watch_backend_changed();
+        audit_bg_backend_changed();
     }
 
     struct config *old = srv->ctx.cfg;
@@ -295,6 +299,7 @@ static void reload(struct server *srv)
     log_info("SIGHUP: config %s reloaded (%zu rules)", cfg->path, cfg->rules.n);
     control_probe_policy();
     watch_apply(&srv->ctx);
+    audit_bg_apply(&srv->ctx);
 }
 
 static void on_hup(uv_signal_t *h, int signum)
@@ -459,6 +464,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
         return 1;
     control_start(&srv->ctx, on_commands_ready);
     watch_apply(&srv->ctx);
+    audit_bg_apply(&srv->ctx);
     if (cfg->cluster)
         cluster_start(&srv->ctx, &srv->plain, on_accept);
     server_timers_and_signals(srv);

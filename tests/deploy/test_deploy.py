@@ -641,6 +641,9 @@ events = {events}
 event_window = 1
 watch = on
 watch_configure = on
+audit_interval = 1
+audit_rate = 100000
+audit_memory = on
 
 [default]
 action = allow
@@ -695,7 +698,14 @@ def cmd_live(args):
             time.sleep(0.5)
             drive(listen)
             time.sleep(0.3)
-            st, headers, body = http_get(admin, "/metrics")
+            # The background audit (audit_interval = 1): a pass that saw the
+            # keys drive() wrote (tmp:1 leaked), for its pattern gauge.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                st, headers, body = http_get(admin, "/metrics")
+                if "ttlguard_audit_leaked_pattern_keys{" in body:
+                    break
+                time.sleep(0.2)
             hz = http_get(admin, "/healthz")
         finally:
             rc = tgd.stop()

@@ -650,3 +650,75 @@ Test(config, cluster_errors)
     load_err("[proxy]\ncluster = on\ncluster_ports = 7401-7499\nbackend_tls = on\n", 2,
              "cluster = on with backend_tls = on is not supported yet");
 }
+
+Test(config, parse_duration)
+{
+    unsigned long long v;
+    static const struct { const char *text; unsigned long long secs; } good[] = {
+        { "", 0 }, { "0", 0 }, { "3600", 3600 }, { "90s", 90 }, { "90S", 90 }, { "30m", 1800 },
+        { "1h", 3600 }, { "1H", 3600 }, { "7d", 604800 }, { "0h", 0 },
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        cr_assert_eq(config_parse_duration(good[i].text, &v), 0, "refused '%s'", good[i].text);
+        cr_assert_eq(v, good[i].secs, "'%s' is %llu s, not %llu", good[i].text, good[i].secs, v);
+    }
+    v = 77;
+    const char *bad[] = {
+        "h", "s", "1.5h", "-1", "+1", " 1h", "1h ", "1 h", "1hh", "1w", "1ms", "0x10", "1e3",
+        "18446744073709551616", "213503982334602d",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(config_parse_duration(bad[i], &v), -1, "accepted '%s'", bad[i]);
+    cr_assert_eq(v, 77, "a failed parse must not write");
+}
+
+Test(config, audit_keys)
+{
+    struct config cfg;
+    load_ok("", &cfg);
+    cr_assert_eq(cfg.audit_interval, 0, "off by default");
+    cr_assert_eq(cfg.audit_rate, 1000);
+    cr_assert_eq(cfg.audit_memory, 0);
+    config_free(&cfg);
+    load_ok("[proxy]\naudit_interval = 1h\naudit_rate = 250\naudit_memory = on\n", &cfg);
+    cr_assert_eq(cfg.audit_interval, 3600);
+    cr_assert_eq(cfg.audit_rate, 250);
+    cr_assert_eq(cfg.audit_memory, 1);
+    config_free(&cfg);
+    load_ok("[proxy]\naudit_interval = 900\n", &cfg);
+    cr_assert_eq(cfg.audit_interval, 900);
+    config_free(&cfg);
+    load_ok("[proxy]\naudit_interval = 2d\n", &cfg);
+    cr_assert_eq(cfg.audit_interval, 172800);
+    config_free(&cfg);
+    load_ok("[proxy]\naudit_interval =\n", &cfg);
+    cr_assert_eq(cfg.audit_interval, 0, "empty is off");
+    config_free(&cfg);
+    load_ok("[proxy]\naudit_interval = 0\n", &cfg);
+    cr_assert_eq(cfg.audit_interval, 0);
+    config_free(&cfg);
+}
+
+Test(config, audit_key_errors)
+{
+    load_err("[proxy]\naudit_interval = 1w\n", 2, "audit_interval = '1w': expected a duration: "
+             "seconds, or a number with s, m, h or d (like 3600, 90m, 1h, 1d)");
+    load_err("[proxy]\naudit_interval = -1\n", 2, "audit_interval = '-1'");
+    load_err("[proxy]\naudit_interval = 1.5h\n", 2, "audit_interval = '1.5h'");
+    load_err("[proxy]\naudit_interval = 24856d\n", 2, "at most 2147483647 seconds");
+    load_err("[proxy]\naudit_rate = 0\n", 2,
+             "audit_rate = '0': expected a whole number of keys per second from 1 to 10000000");
+    load_err("[proxy]\naudit_rate = 1k\n", 2, "audit_rate = '1k'");
+    load_err("[proxy]\naudit_rate = 10000001\n", 2, "from 1 to 10000000");
+    load_err("[proxy]\naudit_memory = yes\n", 2, "audit_memory = 'yes'");
+}
+
+Test(config, audit_with_cluster)
+{
+    struct config cfg;
+    load_ok("[proxy]\nlisten = 127.0.0.1:7400\nbackend = 127.0.0.1:7000\ncluster = on\n"
+            "cluster_ports = 7401-7499\naudit_interval = 1h\n", &cfg);
+    cr_assert_eq(cfg.cluster, 1);
+    cr_assert_eq(cfg.audit_interval, 3600, "every primary is walked (audit_bg.c)");
+    config_free(&cfg);
+}

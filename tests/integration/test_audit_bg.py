@@ -1,0 +1,448 @@
+"""
+The background audit (audit_interval, audit_rate, audit_memory in [proxy];
+proxy/audit_bg.c), against a real redis-server holding a known keyspace in two
+databases:
+
+  - the gauges ttlguard_audit_keys{rule,state} (and _bytes with audit_memory)
+    count exactly what the keyspace holds, and what `ttlguard audit` counts;
+  - one `audit_pass` event per pass, with the counts, the change since the
+    previous pass and the `ttlguard audit --fix` commands per database;
+  - audit_rate is honoured: a pass of N keys at R keys/s takes at least
+    0.8 N/R seconds;
+  - a reload that keeps the rules keeps the position (no key is read twice);
+    one that changes them starts the pass over;
+  - nothing is written: DBSIZE and DEBUG DIGEST unchanged, INFO commandstats
+    lists no command COMMAND INFO flags as a write;
+  - used_memory near maxmemory pauses the walk (audit_paused, the gauge,
+    audit_resumed), /healthz stays 200;
+  - Redis loading (DEBUG RELOAD slowed by key-load-delay) pauses it, and the
+    batches refused with -LOADING are asked again, not counted as gone;
+  - cluster = on, against a real 6-node cluster (cluster_util): every primary
+    read once (and no replica), totals over the cluster, `nodes` in the
+    event; a primary killed mid-pass starts the pass over on the promoted
+    replica, and the next pass counts the same keyspace;
+  - off by default: no ttlguard_audit_* families.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import harness
+from harness import Conn, wait_for
+from test_metrics import get, scrape, series, value
+
+DURABLE = "owner = payments\nreason = ledger of record\nrebuild = replay from Postgres\n"
+SECTIONS = ('[ttl "s:"]\nttl = 600\naction = rewrite\n\n'
+            '[ttl "lg:"]\naction = log\n\n'
+            '[durable "du:"]\n' + DURABLE + "\n")
+
+S, LG, DU, DEF = 'ttl "s:"', 'ttl "lg:"', 'durable "du:"', "default"
+
+# (db, prefix, how many, with a TTL)
+KEYSPACE = [
+    (0, "s:", 1200, False),      # leaked, fixable (the rule has a ttl)
+    (0, "s:e", 400, True),       # expiring
+    (0, "lg:", 300, False),      # leaked, no ttl to give
+    (0, "du:", 250, False),      # registered
+    (0, "du:t", 50, True),       # expiring under a durable rule
+    (0, "o:", 200, False),       # unregistered (default allow)
+    (0, "o:e", 100, True),       # expiring under the default
+    (1, "s:b", 500, False),      # leaked, fixable, in db 1
+]
+TOTAL = sum(n for _, _, n, _ in KEYSPACE)
+
+EXPECTED = {
+    (S, "leaked"): 1700, (S, "expiring"): 400,
+    (LG, "leaked"): 300, (LG, "expiring"): 0,
+    (DU, "registered"): 250, (DU, "expiring"): 50,
+    (DEF, "unregistered"): 200, (DEF, "expiring"): 100,
+}
+
+FILL = """
+for i = 1, tonumber(ARGV[2]) do
+  if ARGV[3] == '1' then
+    redis.call('SET', ARGV[1] .. i, 'v', 'EX', 3600)
+  else
+    redis.call('SET', ARGV[1] .. i, 'v')
+  end
+end
+return 1
+"""
+
+
+def fill(redis_srv):
+    with Conn(redis_srv.port) as c:
+        for db, prefix, n, ttl in KEYSPACE:
+            assert c.cmd("SELECT", str(db)) == b"OK"
+            c.cmd("EVAL", FILL, "0", prefix, str(n), "1" if ttl else "0")
+        c.cmd("SELECT", "0")
+        assert c.cmd("DBSIZE") == TOTAL - 500
+
+
+def start(make_proxy, redis_srv, tmp_path, **conf):
+    admin = harness.free_port()
+    log = os.path.join(str(tmp_path), "events.log")
+    c = {"admin": "127.0.0.1:%d" % admin, "events": log, "audit_interval": "1h",
+         "audit_rate": "20000"}
+    c.update(conf)
+    p = make_proxy(redis_srv, conf=c, sections=SECTIONS)
+    return p, admin, log
+
+
+def events(path, name):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [e for e in map(json.loads, f) if e["event"] == name]
+
+
+def wait_passes(admin, n, timeout):
+    def done():
+        m = scrape(admin)
+        return m if value(m, "ttlguard_audit_passes_total") >= n else None
+    return wait_for(done, harness.slow(timeout), "%d background audit pass(es)" % n,
+                    interval=0.1)
+
+
+def keys_gauges(m):
+    return {(dict(k)["rule"], dict(k)["state"]): v
+            for k, v in series(m, "ttlguard_audit_keys").items()}
+
+
+def test_gauges_and_event_count_the_keyspace(redis_srv, make_proxy, tmp_path):
+    fill(redis_srv)
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, log_keys="full")
+    m = wait_passes(admin, 1, 20)
+    assert keys_gauges(m) == EXPECTED
+    assert value(m, "ttlguard_audit_last_pass_keys") == TOTAL
+    assert value(m, "ttlguard_audit_keys_read_total") == TOTAL
+    assert abs(value(m, "ttlguard_audit_last_pass_end_timestamp_seconds") - time.time()) < 60
+    assert value(m, "ttlguard_audit_last_pass_duration_seconds") > 0
+    assert value(m, "ttlguard_audit_paused", reason="memory") == 0
+    assert ("ttlguard_audit_bytes", ()) not in m and not series(m, "ttlguard_audit_bytes")
+
+    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "the audit_pass event")
+    assert e["keys"] == TOTAL
+    assert e["leaked"] == 2000 and e["leaked_change"] is None
+    assert e["registered"] == 250 and e["unregistered"] == 200 and e["expiring"] == 550
+    assert e["dbs"] == [{"db": 0, "leaked": 1500}, {"db": 1, "leaked": 500}]
+    rules = {r["rule"]: r for r in e["rules"]}
+    assert rules[S]["leaked"] == 1700 and rules[S]["prefix"] == "s:"
+    assert rules[LG]["leaked"] == 300 and rules[DU]["registered"] == 250
+    cfg = os.path.realpath(p.config_path)
+    assert e["fix"] == ["ttlguard audit --config %s --fix --yes" % cfg,
+                        "ttlguard audit --config %s --db 1 --fix --yes" % cfg]
+    assert e["leaked_without_rule_ttl"] == 300          # lg: has no ttl to give
+    assert {x["pattern"] for x in e["leaked_patterns"]} >= {"s:*", "lg:*"}
+
+    # The same classification as `ttlguard audit`, database by database.
+    for db, leaked in ((0, 1500), (1, 500)):
+        out = subprocess.run([harness.TTLG_BIN, "audit", "--config", p.config_path,
+                              "--db", str(db), "--json"], capture_output=True, timeout=60)
+        assert out.returncode == 1, out.stderr
+        groups = json.loads(out.stdout)["groups"]
+        assert groups["leaked"]["keys"] == leaked
+
+    # A second pass: the change since the first.
+    with Conn(redis_srv.port) as c:
+        c.cmd("EVAL", FILL, "0", "s:new", "10", "0")
+    with open(p.config_path) as f:
+        text = f.read()
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("audit_interval = 1h", "audit_interval = 1"))
+    p.send_signal(signal.SIGHUP)
+    wait_passes(admin, 2, 20)
+    e2 = wait_for(lambda: events(log, "audit_pass")[1:], harness.slow(5), "a 2nd audit_pass")[0]
+    assert e2["leaked"] == 2010 and e2["leaked_change"] == 10
+    assert {r["rule"]: r for r in e2["rules"]}[S]["leaked_change"] == 10
+    assert {r["rule"]: r for r in e2["rules"]}[LG]["leaked_change"] == 0
+
+    # ttlguard report: the last pass in the text, the passes over time in the page.
+    out = subprocess.run([harness.TTLG_BIN, "report", log], capture_output=True, timeout=60)
+    # (+0 when a third pass, a second later, ended before the report ran)
+    assert re.search(rb"Background audit: \d+ passes; the last: 3010 keys, 2010 leaked "
+                     rb"\(\+(10|0) since", out.stdout), out.stdout
+    page = os.path.join(str(tmp_path), "report.html")
+    subprocess.run([harness.TTLG_BIN, "report", "--html", page, log], check=True, timeout=60)
+    with open(page) as f:
+        html = f.read()
+    assert "Keys by state at each background audit pass" in html
+    assert re.search(r"2010 leaked \(\+(10|0) since the pass before\)", html)
+
+
+def write_commands(port, names):
+    """The names COMMAND INFO flags as writes."""
+    with Conn(port) as c:
+        out = []
+        for n in names:
+            (info,) = c.cmd("COMMAND", "INFO", n.split("|")[0])
+            if info is not None and b"write" in info[2]:
+                out.append(n)
+        return out
+
+
+def commandstats(port):
+    with Conn(port) as c:
+        text = c.cmd("INFO", "commandstats").decode()
+    return {line.split(":")[0][len("cmdstat_"):] for line in text.splitlines()
+            if line.startswith("cmdstat_")}
+
+
+def test_rate_is_honoured_and_nothing_is_written(redis_srv, make_proxy, tmp_path):
+    fill(redis_srv)
+    with Conn(redis_srv.port) as c:
+        digest = c.cmd("DEBUG", "DIGEST")
+        sizes = [c.cmd("SELECT", str(db)) and c.cmd("DBSIZE") for db in (0, 1)]
+        assert c.cmd("CONFIG", "RESETSTAT") == b"OK"
+    rate = 1000
+    t0 = time.monotonic()
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_rate=str(rate))
+    m = wait_passes(admin, 1, 30)
+    took = value(m, "ttlguard_audit_last_pass_duration_seconds")
+    assert took >= TOTAL / rate * 0.8, took
+    assert time.monotonic() - t0 >= TOTAL / rate * 0.8
+    assert took <= TOTAL / rate * 2 + 2, took
+    assert keys_gauges(m) == EXPECTED
+
+    stats = commandstats(redis_srv.port)
+    assert {"scan", "pttl"} <= stats, stats
+    assert write_commands(redis_srv.port, stats) == [], stats
+    with Conn(redis_srv.port) as c:
+        assert c.cmd("DEBUG", "DIGEST") == digest
+        assert [c.cmd("SELECT", str(db)) and c.cmd("DBSIZE") for db in (0, 1)] == sizes
+
+
+def test_reload_keeps_the_cursor(redis_srv, make_proxy, tmp_path):
+    fill(redis_srv)
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_rate="600")
+    # Mid-pass: some keys read, far from all.
+    wait_for(lambda: 300 < value(scrape(admin), "ttlguard_audit_keys_read_total") < TOTAL - 500,
+             harness.slow(10), "the pass under way", interval=0.05)
+    with open(p.config_path) as f:
+        text = f.read()
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("audit_rate = 600", "audit_rate = 900"))
+    p.send_signal(signal.SIGHUP)
+    wait_for(lambda: "the pass goes on at db" in p.stderr(), harness.slow(5), "the reload")
+    m = wait_passes(admin, 1, 30)
+    # Not one key read twice: the pass went on from where it was.
+    assert value(m, "ttlguard_audit_keys_read_total") == TOTAL
+    assert keys_gauges(m) == EXPECTED
+    (e,) = events(log, "audit_pass")
+    assert e["rate"] == 900
+
+    # New rules in the middle of a pass: it starts over (the counts so far
+    # were taken under the old ones).
+    text = text.replace("audit_rate = 600", "audit_rate = 900")
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("audit_interval = 1h", "audit_interval = 1"))
+    p.send_signal(signal.SIGHUP)
+    wait_for(lambda: TOTAL + 300 < value(scrape(admin), "ttlguard_audit_keys_read_total")
+             < 2 * TOTAL - 500, harness.slow(10), "the second pass under way", interval=0.05)
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("audit_interval = 1h", "audit_interval = 1")
+                + '[ttl "o:"]\nttl = 60\naction = rewrite\n')
+    p.send_signal(signal.SIGHUP)
+    wait_for(lambda: "the rules changed: the pass starts over" in p.stderr(), harness.slow(5),
+             "the pass to start over")
+    m = wait_passes(admin, 2, 30)
+    assert value(m, "ttlguard_audit_keys_read_total") > 2 * TOTAL + 300
+    g = keys_gauges(m)
+    assert g[('ttl "o:"', "leaked")] == 200 and g[('ttl "o:"', "expiring")] == 100
+    assert (DEF, "unregistered") in g and g[(DEF, "unregistered")] == 0
+    assert g[(S, "leaked")] == 1700
+
+
+def test_memory_near_maxmemory_pauses(redis_srv, make_proxy, tmp_path):
+    fill(redis_srv)
+    with Conn(redis_srv.port) as c:
+        info = c.cmd("INFO", "memory").decode()
+        used = int([l for l in info.splitlines() if l.startswith("used_memory:")][0].split(":")[1])
+        assert c.cmd("CONFIG", "SET", "maxmemory", str(int(used * 1.05))) == b"OK"
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_memory="on")
+    (e,) = wait_for(lambda: events(log, "audit_paused"), harness.slow(10), "audit_paused")
+    assert e["reason"] == "memory" and "maxmemory" in e["message"]
+    m = scrape(admin)
+    assert value(m, "ttlguard_audit_paused", reason="memory") == 1
+    assert value(m, "ttlguard_audit_passes_total") == 0
+    assert get(admin, "/healthz")[0] == 200
+    time.sleep(1.5)
+    assert value(scrape(admin), "ttlguard_audit_keys_read_total") == 0
+    with Conn(redis_srv.port) as c:
+        assert c.cmd("CONFIG", "SET", "maxmemory", "0") == b"OK"
+    m = wait_passes(admin, 1, 20)
+    assert events(log, "audit_resumed")
+    assert value(m, "ttlguard_audit_paused", reason="memory") == 0
+    assert keys_gauges(m) == EXPECTED
+    # audit_memory = on: bytes per rule and state.
+    b = {(dict(k)["rule"], dict(k)["state"]): v
+         for k, v in series(m, "ttlguard_audit_bytes").items()}
+    assert b[(S, "leaked")] > 1700 * 16 and b[(LG, "leaked")] > 0
+    assert b[(LG, "expiring")] == 0
+
+
+def test_loading_pauses(redis_srv, make_proxy, tmp_path):
+    """DEBUG RELOAD mid-pass, made slow by the server's own key-load-delay
+    (and events processed every KB meanwhile, so INFO answers loading:1 and
+    SCAN/PTTL -LOADING): the walk pauses (audit_paused loading), resumes
+    from its cursor when loading ends, and the pass counts the keyspace
+    exactly: no batch refused with -LOADING counted as expired keys."""
+    fill(redis_srv)
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_rate="600")
+    wait_for(lambda: 300 < value(scrape(admin), "ttlguard_audit_keys_read_total") < 1500,
+             harness.slow(10), "the pass under way", interval=0.05)
+    with Conn(redis_srv.port, timeout=60) as c:
+        assert c.cmd("CONFIG", "SET", "key-load-delay", "1000") == b"OK"          # us a key
+        assert c.cmd("CONFIG", "SET", "loading-process-events-interval-bytes", "1024") == b"OK"
+        t0 = time.monotonic()
+        assert c.cmd("DEBUG", "RELOAD") == b"OK"
+        took = time.monotonic() - t0
+        assert c.cmd("CONFIG", "SET", "key-load-delay", "0") == b"OK"
+    assert took > 2, "DEBUG RELOAD took %.2f s: too fast to see loading" % took
+    (e,) = wait_for(lambda: events(log, "audit_paused"), harness.slow(5), "audit_paused")
+    assert e["reason"] == "loading" and "loading:1" in e["message"], e
+    (r,) = wait_for(lambda: events(log, "audit_resumed"), harness.slow(5), "audit_resumed")
+    assert r["reason"] == "loading" and r["paused_ms"] > 0
+    m = wait_passes(admin, 1, 30)
+    assert keys_gauges(m) == EXPECTED
+    (e,) = events(log, "audit_pass")
+    assert e["keys"] == TOTAL and e["expired_during"] == 0
+
+
+def test_off_by_default(redis_srv, make_proxy):
+    admin = harness.free_port()
+    make_proxy(redis_srv, conf={"admin": "127.0.0.1:%d" % admin}, sections=SECTIONS)
+    m = scrape(admin)
+    assert not [k for k in m if k[0].startswith("ttlguard_audit_")]
+
+
+# --------------------------------------------------------------------------
+# cluster = on: every primary walked, one after the other
+# --------------------------------------------------------------------------
+
+# (prefix, how many, with a TTL): database 0 only, spread over the shards by
+# the keys' own slots.
+CLUSTER_KEYSPACE = [("s:", 600, False), ("s:e", 200, True), ("lg:", 150, False),
+                    ("du:", 100, False), ("o:", 100, False)]
+CLUSTER_TOTAL = sum(n for _, n, _ in CLUSTER_KEYSPACE)
+CLUSTER_EXPECTED = {
+    (S, "leaked"): 600, (S, "expiring"): 200, (LG, "leaked"): 150, (LG, "expiring"): 0,
+    (DU, "registered"): 100, (DU, "expiring"): 0,
+    (DEF, "unregistered"): 100, (DEF, "expiring"): 0,
+}
+
+
+def cluster_fill(cluster):
+    """CLUSTER_KEYSPACE written straight to the primary that owns each key."""
+    from cluster_util import key_slot
+    owner = {}
+    for lo, hi, port, _, _ in cluster.slots():
+        owner.update((s, port) for s in range(lo, hi + 1))
+    conns = {}
+    try:
+        for prefix, n, ttl in CLUSTER_KEYSPACE:
+            for i in range(1, n + 1):
+                key = "%s%d" % (prefix, i)
+                port = owner[key_slot(key)]
+                c = conns.get(port) or conns.setdefault(port, Conn(port).__enter__())
+                args = ("SET", key, "v") + (("EX", "3600") if ttl else ())
+                assert c.cmd(*args) == b"OK"
+    finally:
+        for c in conns.values():
+            c.__exit__(None, None, None)
+    return {p: cluster.cmd(p, "DBSIZE") for p in set(owner.values())}
+
+
+@pytest.fixture
+def filled_cluster(tmp_path):
+    """A 6-node cluster of the test's own holding CLUSTER_KEYSPACE: (cluster,
+    {primary port: its DBSIZE})."""
+    from cluster_util import Cluster
+    cluster = Cluster(tmp_path / "cluster").start()
+    try:
+        sizes = cluster_fill(cluster)
+        assert sum(sizes.values()) == CLUSTER_TOTAL and len(sizes) == 3
+        assert all(n > 0 for n in sizes.values()), sizes
+        yield cluster, sizes
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def audit_cproxy(tmp_path):
+    """start(cluster, rate) -> (proxy, admin port, events log): ttlguard with
+    cluster = on and the background audit; at teardown SIGTERM, exit 0."""
+    from cluster_util import ClusterProxy
+    started = []
+
+    def start(cluster, rate):
+        admin = harness.free_port()
+        log = os.path.join(str(tmp_path), "events.log")
+        p = ClusterProxy(tmp_path, cluster, {"admin": "127.0.0.1:%d" % admin, "events": log,
+                                             "audit_interval": "1h", "audit_rate": str(rate)},
+                         SECTIONS)
+        started.append(p)
+        p.start(expect=b"+PONG")
+        return p, admin, log
+
+    yield start
+    for p in started:
+        rc = p.stop()
+        if rc != 0:
+            sys.stderr.write(p.stderr())
+        assert rc == 0, "ttlguard exit status %s" % rc
+
+
+def test_cluster_walks_every_primary(filled_cluster, audit_cproxy):
+    cluster, sizes = filled_cluster
+    for port in cluster.ports:
+        assert cluster.cmd(port, "CONFIG", "RESETSTAT") == b"OK"
+    p, admin, log = audit_cproxy(cluster, 20000)
+    m = wait_passes(admin, 1, 30)
+    assert keys_gauges(m) == CLUSTER_EXPECTED
+    assert value(m, "ttlguard_audit_last_pass_keys") == CLUSTER_TOTAL
+    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "audit_pass")
+    assert e["keys"] == CLUSTER_TOTAL and e["leaked"] == 750
+    assert e["dbs"] == [{"db": 0, "leaked": 750}]
+    # One line per primary, each with the keys it holds.
+    nodes = {int(n["node"].rsplit(":", 1)[1]): n for n in e["nodes"]}
+    assert {port: n["keys"] for port, n in nodes.items()} == sizes
+    assert sum(n["leaked"] for n in nodes.values()) == 750
+    assert e["fix"] == ["ttlguard audit --config %s --cluster --fix --yes"
+                        % os.path.realpath(p.config_path)]
+    # Every primary was read, with nothing written; no replica was read.
+    for port in cluster.ports:
+        stats = commandstats(port)
+        if port in sizes:
+            assert {"scan", "pttl"} <= stats, (port, stats)
+            assert write_commands(port, stats) == [], (port, stats)
+        else:
+            assert "scan" not in stats and "pttl" not in stats, (port, stats)
+
+
+def test_cluster_primary_lost_mid_pass(filled_cluster, audit_cproxy):
+    """The primary being walked dies: once the topology shows it failed the
+    pass starts over on the primaries there are now (its replica, promoted),
+    and the next full pass counts the same keyspace."""
+    cluster, sizes = filled_cluster
+    p, admin, log = audit_cproxy(cluster, 300)
+    walking = wait_for(lambda: re.findall(r"audit: connected to 127\.0\.0\.1:(\d+): the pass",
+                                          p.stderr()), harness.slow(10), "the pass under way")
+    victim = int(walking[-1])
+    assert victim in sizes
+    cluster.server(victim).stop()
+    wait_for(lambda: "127.0.0.1:%d is no longer an online primary" % victim in p.stderr(),
+             harness.slow(30), "the pass to start over")
+    m = wait_passes(admin, 1, 60)
+    assert keys_gauges(m) == CLUSTER_EXPECTED
+    (e,) = events(log, "audit_pass")
+    ports = {int(n["node"].rsplit(":", 1)[1]) for n in e["nodes"]}
+    assert victim not in ports and len(ports) == 3
+    assert e["keys"] == CLUSTER_TOTAL
