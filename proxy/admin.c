@@ -258,29 +258,11 @@ static void render_watch(struct evbuf *b)
              w->gap_ms / 1000);
 }
 
-/* A label value: Prometheus escapes \, " and newline. */
-static void label_value(struct evbuf *b, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            evbuf_printf(b, "\\%c", *s);
-        else if (*s == '\n')
-            evbuf_adds(b, "\\n");
-        else
-            evbuf_add(b, s, 1);
-    }
-}
-
-void admin_label_value(struct evbuf *b, const char *s)
-{
-    label_value(b, s);
-}
-
 static void rule_label(struct evbuf *lab, const struct rule *r)
 {
     lab->len = 0;
     evbuf_adds(lab, "rule=\"");
-    label_value(lab, r->label);
+    evbuf_prom_label(lab, r->label);
     evbuf_add(lab, "\"", 1);
 }
 
@@ -312,7 +294,7 @@ static void node_sample(void *ctx, const struct cluster_node_info *n)
     struct node_metrics *m = ctx;
     struct evbuf lab = { 0 };
     evbuf_adds(&lab, "node=\"");
-    label_value(&lab, n->name);
+    evbuf_prom_label(&lab, n->name);
     if (m->requests) {
         evbuf_add(&lab, "\"", 2);
         m_sample(m->b, "ttlguard_cluster_node_requests_total", lab.p, n->requests);
@@ -463,7 +445,7 @@ static void render_backend(struct evbuf *b, struct evbuf *lab)
                  "The backend's maxmemory-policy when last read.");
         lab->len = 0;
         evbuf_adds(lab, "policy=\"");
-        label_value(lab, bf->policy);
+        evbuf_prom_label(lab, bf->policy);
         evbuf_add(lab, "\"", 2);       /* with the NUL */
         m_sample(b, "ttlguard_backend_maxmemory_policy_info", lab->p, 1);
     }

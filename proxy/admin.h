@@ -33,9 +33,4 @@ void admin_reconfigure(struct loop_ctx *ctx);
  * flight. Call it from inside the loop. */
 void admin_stop(void);
 
-/* A Prometheus label value: \\ \" and \n escaped (for other modules'
- * families, audit_bg.c). */
-struct evbuf;
-void admin_label_value(struct evbuf *b, const char *s);
-
 #endif

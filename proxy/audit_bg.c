@@ -8,7 +8,6 @@
 
 #include <hiredis/hiredis.h>
 
-#include "admin.h"
 #include "audit_bg.h"
 #include "audit_report.h"
 #include "backend.h"
@@ -1169,7 +1168,7 @@ static void rule_samples(struct evbuf *b, const char *name, const struct pass_re
             if (s != ST_EXPIRING && s != r->no_ttl_state)
                 continue;
             evbuf_printf(b, "%s{rule=\"", name);
-            admin_label_value(b, r->label);
+            evbuf_prom_label(b, r->label);
             evbuf_printf(b, "\",state=\"%s\"} %llu\n", state_names[s],
                          (unsigned long long)(bytes ? r->bytes[s] : r->keys[s]));
         }
@@ -1219,9 +1218,9 @@ static void metrics_patterns(struct evbuf *b, const struct pass_result *p)
            "key patterns (keys folded as ttlguard audit folds them) in the last full pass.");
     for (int i = 0; i < p->ntop; i++) {
         evbuf_adds(b, "ttlguard_audit_leaked_pattern_keys{rule=\"");
-        admin_label_value(b, p->top[i].rule);
+        evbuf_prom_label(b, p->top[i].rule);
         evbuf_adds(b, "\",pattern=\"");
-        admin_label_value(b, p->top[i].text);
+        evbuf_prom_label(b, p->top[i].text);
         evbuf_printf(b, "\"} %llu\n", (unsigned long long)p->top[i].keys);
     }
 }

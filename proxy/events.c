@@ -243,6 +243,18 @@ size_t events_utf8_len(const unsigned char *s, size_t n)
 
 static const char hexdig[] = "0123456789abcdef";
 
+void evbuf_prom_label(struct evbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            evbuf_printf(b, "\\%c", *s);
+        else if (*s == '\n')
+            evbuf_adds(b, "\\n");
+        else
+            evbuf_add(b, s, 1);
+    }
+}
+
 void evbuf_json_str(struct evbuf *b, const char *p, size_t len)
 {
     const unsigned char *s = (const unsigned char *)p;

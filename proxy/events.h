@@ -207,6 +207,9 @@ void evbuf_printf(struct evbuf *b, const char *fmt, ...) __attribute__((format(p
  * round-trips and nothing else decodes to U+DC80..U+DCFF. */
 void evbuf_json_str(struct evbuf *b, const char *p, size_t len);
 
+/* Append a Prometheus label value: \\, \" and newline escaped. */
+void evbuf_prom_label(struct evbuf *b, const char *s);
+
 /* Length of the valid UTF-8 sequence at p (1 to 4), or 0 when the bytes at p
  * are not one (overlong forms, surrogates and code points above U+10FFFF are
  * not). n is the number of bytes available. */
