@@ -373,7 +373,7 @@ static unsigned char hello_words(int argc, const struct slice *argv)
     return f;
 }
 
-struct cmd_words command_words(int id, int argc, const struct slice *argv)
+struct cmd_words command_words_of(int id, int argc, const struct slice *argv)
 {
     struct cmd_words w = { 0 };
     if (id == CID_HELLO)

@@ -216,8 +216,15 @@ struct cmd_words {
     unsigned char hello;        /* HELLO_AUTH_*: HELLO's options */
 };
 
-/* The words of argv (id: its enum cmd_id); all 0 for other commands. */
-struct cmd_words command_words(int id, int argc, const struct slice *argv);
+/* The words of argv (id: its enum cmd_id); all 0 for other commands (the
+ * per-request path: no call for them). */
+struct cmd_words command_words_of(int id, int argc, const struct slice *argv);
+static inline struct cmd_words command_words(int id, int argc, const struct slice *argv)
+{
+    if (id != CID_CLIENT && id != CID_HELLO)
+        return (struct cmd_words){ 0, 0, 0 };
+    return command_words_of(id, argc, argv);
+}
 
 const char *command_name(const struct command *c);     /* lowercase, e.g. "set" */
 unsigned command_flags(const struct command *c);

@@ -1099,9 +1099,16 @@ static enum handled stream_head(struct session *s, const struct request *req)
     struct req_plan pl = { .ci = ci, .id = ci->id };
     plan_replies(s, req, &pl);
     tob_add(s, req->raw.p, req->raw.len, 0);
-    static struct rewrite rw;
-    policy_rewrite_reset(&rw);
-    expect_replies(s, req, &pl, V_FORWARD, &rw);
+    /* What expect_replies() does for a command only forwarded (kept out of
+     * it: the per-request path keeps it inlined). */
+    if (pl.queued && s->ctx->cfg->cluster)
+        note_queued_topology(s, req, pl.id);
+    if (pl.replies) {
+        struct pending *e = q_push(s);
+        e->kind = PK_FORWARD;
+        e->t0 = loop_now_ns;
+        owe(s, 1);
+    }
     return HR_STREAM;
 }
 
