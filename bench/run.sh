@@ -9,6 +9,13 @@
 #                 and, second table, the same with redis-benchmark --dbnum 1
 #                 (SELECT at connect) and -3 (HELLO 3 at connect) against
 #                 direct | ttlguard (--no-state to skip)
+#   latency mode  GET and SET at 1, 10 and 50 clients (-P 1) and 50 clients
+#                 -P 16 against the same four targets, in one interleaved
+#                 run: redis-benchmark's p50 and p99, and the CPU time
+#                 (utime + stime, /proc/PID/stat) per request of the proxy
+#                 process and of redis-server around each measurement;
+#                 at 1 client also p50/p99 to the nanosecond from
+#                 bench/lat1.c, built with cc (issue 24)
 #   rewrite mode  SET GETSET INCR LPUSH HSET SADD ZADD MSET at -P 1 and -P 16
 #                 through three ttlguard instances: no rules | rules that miss
 #                 the benchmark's keys | rules that rewrite them (issues 3, 16);
@@ -39,18 +46,20 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 usage() {
     cat <<EOF
-usage: bench/run.sh [--mode pass|rewrite|all] [--quick] [options]
+usage: bench/run.sh [--mode pass|latency|rewrite|all] [--quick] [options]
 
   --mode M          pass: direct vs ttlguard (multiplex = on) vs
                     ttlguard_1to1 (multiplex = off) vs nutcracker, then the
-                    connection-state table; rewrite: rewritten vs
+                    connection-state table; latency: p50, p99 and CPU per
+                    request (proxy and redis-server) of the same targets at
+                    1, 10, 50 clients; rewrite: rewritten vs
                     pass-through ttlguard, then the strict-policy mixed
                     workload; all (default): all tables
   --quick           short plumbing check (a minute or two): --seconds 0.2
   --rounds N        rounds per case, the table shows the median (default 3)
   --seconds S       target length of one measurement, calibrated against the
                     table's first target (default 2)
-  --targets LIST    pass mode targets, comma separated subset of
+  --targets LIST    pass and latency targets, comma separated subset of
                     direct,ttlguard,ttlguard_1to1,nutcracker (default: all
                     four; the first one is the calibration target)
   --no-state        pass mode: skip the real-client connection-state table
@@ -63,10 +72,10 @@ usage: bench/run.sh [--mode pass|rewrite|all] [--quick] [options]
                     a proxy would have to share a CPU the other side lacks)
   --ttlg-option KV  add "KV" (e.g. 'events = /tmp/ev.log') to the [proxy]
                     section of every ttlguard config; repeatable. An admin
-                    address only with --mode pass and one ttlguard target.
-                    'multiplex = on|off' only with --mode rewrite (its three
-                    instances use multiplex = on otherwise); pass targets
-                    set it themselves
+                    address only with --mode pass or latency and one ttlguard
+                    target. 'multiplex = on|off' only with --mode rewrite (its
+                    instances use multiplex = on otherwise); pass and
+                    latency targets set it themselves
   --raw FILE        also write every measurement as CSV to FILE
   -h, --help        this text
 
@@ -113,7 +122,7 @@ done
 die() { echo "bench/run.sh: $*" >&2; exit 1; }
 say() { echo "$*" >&2; }
 
-case $MODE in pass | rewrite | all) ;; *) die "--mode must be pass, rewrite or all" ;; esac
+case $MODE in pass | latency | rewrite | all) ;; *) die "--mode must be pass, latency, rewrite or all" ;; esac
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
 [[ $SECONDS_PER =~ ^[0-9]*\.?[0-9]+$ ]] || die "--seconds must be a number"
 
@@ -127,9 +136,11 @@ for t in "${PASS_LIST[@]}"; do
 done
 
 want_pass() { [[ $MODE == pass || $MODE == all ]]; }
+want_latency() { [[ $MODE == latency || $MODE == all ]]; }
 want_rewrite() { [[ $MODE == rewrite || $MODE == all ]]; }
+want_targets() { want_pass || want_latency; } # the four pass targets are started
 in_pass() { [[ ",$PASS_TARGETS," == *",$1,"* ]]; }
-need_ttlguard() { want_rewrite || in_pass ttlguard || in_pass ttlguard_1to1; }
+need_ttlguard() { want_rewrite || { want_targets && { in_pass ttlguard || in_pass ttlguard_1to1; }; }; }
 
 # multiplex is what tells the two pass-mode ttlguard targets apart, and a key
 # set twice is a config error: a --ttlg-option may set it for the rewrite
@@ -137,7 +148,7 @@ need_ttlguard() { want_rewrite || in_pass ttlguard || in_pass ttlguard_1to1; }
 REWRITE_MUX=on
 for opt in "${TTLG_OPTIONS[@]}"; do
     if [[ $opt =~ ^[[:space:]]*multiplex[[:space:]]*= ]]; then
-        want_pass && die "--ttlg-option '$opt': the pass targets set multiplex (ttlguard: on, ttlguard_1to1: off); use --targets"
+        want_targets && die "--ttlg-option '$opt': the pass and latency targets set multiplex (ttlguard: on, ttlguard_1to1: off); use --targets"
         REWRITE_MUX=${opt#*=}
         REWRITE_MUX=${REWRITE_MUX//[[:space:]]/}
     fi
@@ -167,7 +178,7 @@ PORT_HI=${BENCH_PORTS#*-}
 for tool in "$REDIS_SERVER" "$REDIS_CLI" "$REDIS_BENCHMARK"; do
     command -v "$tool" >/dev/null || die "$tool not found (Debian: redis-server, redis-tools)"
 done
-if want_pass && in_pass nutcracker; then
+if want_targets && in_pass nutcracker; then
     [[ -x $NUTCRACKER ]] || die "$NUTCRACKER not found (Debian package nutcracker)"
 fi
 
@@ -272,6 +283,7 @@ free_port REDIS_PORT
 start_and_wait redis-server "$REDIS_PORT" "$WORK/redis.log" \
     "${CPU_REDIS[@]}" "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" \
     --save '' --appendonly no --daemonize no --protected-mode yes
+REDIS_PID=${PIDS[-1]}
 
 rcli() { "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" "$@" >/dev/null; }
 
@@ -374,7 +386,7 @@ MIXED="get:25 set:10 incr:5 hset:5 lpush:3 sadd:2"
 
 # Pass-mode targets and rewrite-mode targets: name -> port.
 declare -A PORT TPID
-if want_pass; then
+if want_targets; then
     in_pass direct && PORT[direct]=$REDIS_PORT
     # Shared backend connections (the default config) and 1:1.
     if in_pass ttlguard; then start_ttlguard ttlguard on ""; fi
@@ -404,6 +416,7 @@ EOF
         start_and_wait nutcracker "${PORT[nutcracker]}" "$WORK/nutcracker.out" \
             "${CPU_PROXY[@]}" "$NUTCRACKER" -c "$WORK/nutcracker.yml" \
             -s "$NC_STATS" -a 127.0.0.1 -o "$WORK/nutcracker.log"
+        TPID[nutcracker]=${PIDS[-1]}
     fi
 fi
 if want_rewrite; then
@@ -446,7 +459,7 @@ echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), host $(uname -n), kernel $(uname
 echo "- CPU: ${cpu_model:-unknown}, $NCPU CPUs online, load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "- $(first_line "$REDIS_SERVER" --version)"
 echo "- $(first_line "$REDIS_BENCHMARK" --version)"
-if want_pass && in_pass nutcracker; then
+if want_targets && in_pass nutcracker; then
     echo "- $(first_line "$NUTCRACKER" -V | sed 's/^This is //'), one server, server_connections 1, preconnect"
 fi
 if need_ttlguard; then
@@ -455,8 +468,8 @@ if need_ttlguard; then
         sanitized=" — SANITIZER BUILD, numbers are meaningless"
     echo "- ttlguard: $TTLG_BIN, $(first_line "$TTLG_BIN" --version)$sanitized"
     mux_note=()
-    want_pass && in_pass ttlguard && mux_note+=("ttlguard multiplex = on")
-    want_pass && in_pass ttlguard_1to1 && mux_note+=("ttlguard_1to1 multiplex = off")
+    want_targets && in_pass ttlguard && mux_note+=("ttlguard multiplex = on")
+    want_targets && in_pass ttlguard_1to1 && mux_note+=("ttlguard_1to1 multiplex = off")
     want_rewrite && mux_note+=("rewrite instances multiplex = $REWRITE_MUX")
     echo "- ttlguard configs: $(IFS=,; echo "${mux_note[*]}" | sed 's/,/, /g'); no rules unless said"
 fi
@@ -802,6 +815,206 @@ if want_pass; then
         done
     fi
 fi
+if want_latency; then
+    # What users compare a sidecar by: latency percentiles at a few client
+    # counts, and the CPU the proxy burns per request. One measurement gives
+    # all of it: redis-benchmark --csv prints rps and p50/p99 (ms, in units
+    # of 8 us below 16 ms, see lat1 below), and the utime + stime of the proxy process and of
+    # redis-server (/proc/PID/stat, clock ticks) are read just before and
+    # after it. The cases are calibrated like the tables above (about
+    # --seconds on the first target), which at -P 1 and 2 s gives the proxies
+    # hundreds of ticks per measurement; the smallest count seen is printed
+    # under the table, as one tick is that measurement's granularity.
+    LAT_TESTS="get set"
+    LAT_CASES="1:1 10:1 50:1 50:16" # clients:pipeline
+    HZ=$(getconf CLK_TCK)
+    declare -A LAT
+    MIN_TICKS=
+    # bench_lat TARGET TEST CLIENTS PIPELINE N: set LAT_OUT to "rps p50 p99
+    # proxy_ticks server_ticks" (proxy_ticks "-" for direct), or return 1.
+    bench_lat() {
+        local tg=$1 test=$2 c=$3 pipe=$4 n=$5 out limit pid=${TPID[$1]:-} p0=0 p1=0 s0 s1 line
+        limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
+        [[ -n $pid ]] && p0=$(cpu_ticks "$pid")
+        s0=$(cpu_ticks "$REDIS_PID")
+        out=$(timeout -k 5 "$limit" "${CPU_CLIENT[@]}" "$REDIS_BENCHMARK" \
+            -h 127.0.0.1 -p "${PORT[$tg]}" -c "$c" -n "$n" -r "$KEYSPACE" \
+            -P "$pipe" --csv -t "$test" 2>>"$WORK/redis-benchmark.err") || return 1
+        s1=$(cpu_ticks "$REDIS_PID")
+        [[ -n $pid ]] && p1=$(cpu_ticks "$pid")
+        # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+        line=$(awk -F'"' '$2 != "test" && NF > 14 { r = $4 " " $10 " " $14 } END { print r }' <<<"$out")
+        [[ $line =~ ^[0-9.]+\ [0-9.]+\ [0-9.]+$ ]] || return 1
+        LAT_OUT="$line $([[ -n $pid ]] && echo $((p1 - p0)) || echo -) $((s1 - s0))"
+    }
+    cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+    us_per() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN { printf "%.3f", t / hz * 1e6 / n }'; }
+
+    # redis-benchmark 7.0's latency histogram has a unit of 8 us at the low
+    # end (lowest value 10 us), too coarse for 1 client, where direct's p50
+    # is under 10 us: bench/lat1.c times each of one client's requests to the
+    # nanosecond, right after redis-benchmark's 1-client measurement on the
+    # same target. Its key, key:lat1, none of redis-benchmark's, holds xxx.
+    LAT1=
+    if command -v "${CC:-cc}" >/dev/null &&
+        "${CC:-cc}" -O2 -o "$WORK/lat1" "$ROOT/bench/lat1.c" 2>"$WORK/lat1.build"; then
+        LAT1=$WORK/lat1
+        rcli set key:lat1 xxx
+    else
+        say "[latency] could not build bench/lat1.c (${CC:-cc}; $WORK/lat1.build): 1-client percentiles from redis-benchmark only"
+    fi
+
+    LAT_TARGETS=("${PASS_LIST[@]}")
+    nt=${#LAT_TARGETS[@]}
+    for t in $LAT_TESTS; do
+        for cp in $LAT_CASES; do
+            c=${cp%:*} p=${cp#*:}
+            probe=$(awk -v s="$SECONDS_PER" -v c="$c" -v p="$p" 'BEGIN {
+                n = (c == 1 ? 5000 : p == 1 ? 10000 : 100000) * s; if (n < 2000) n = 2000; printf "%d", n }')
+            bench_lat "${LAT_TARGETS[0]}" "$t" "$c" "$p" "$probe" || {
+                KEEP_WORK=1
+                die "latency: calibration of $t -c $c -P $p failed (see $WORK/redis-benchmark.err)"
+            }
+            # At least 100,000 requests at -P 1 and 2,000,000 at -P 16 per 2
+            # --seconds: some 50 ticks of proxy CPU or more at about 10 and
+            # 0.3 us a request, when a busy machine makes the probe slow.
+            N[latency|$t|$cp]=$(awk -v r="${LAT_OUT%% *}" -v s="$SECONDS_PER" -v c="$c" -v p="$p" 'BEGIN {
+                n = int(r * s / 1000 + 0.5) * 1000; min = (p == 1 ? 50000 : 1000000) * s
+                if (min < c * p * 20) min = c * p * 20; if (n < min) n = min; print n }')
+            say "[latency] calibrated $t -c $c -P $p: ${N[latency|$t|$cp]} requests"
+        done
+    done
+    ci=0
+    for ((r = 1; r <= ROUNDS; r++)); do
+        for t in $LAT_TESTS; do
+            for cp in $LAT_CASES; do
+                c=${cp%:*} p=${cp#*:} n=${N[latency|$t|$cp]}
+                for ((i = 0; i < nt; i++)); do
+                    tg=${LAT_TARGETS[$(((i + r + ci) % nt))]}
+                    k="$t|$cp|$tg"
+                    if bench_lat "$tg" "$t" "$c" "$p" "$n"; then
+                        read -r rps p50 p99 pt st <<<"$LAT_OUT"
+                        LAT[$k|rps]+=" $rps" LAT[$k|p50]+=" $p50" LAT[$k|p99]+=" $p99"
+                        LAT[$k|scpu]+=" $(us_per "$st" "$n")"
+                        if [[ $pt != - ]]; then
+                            LAT[$k|pcpu]+=" $(us_per "$pt" "$n")"
+                            [[ -z $MIN_TICKS || $pt -lt ${MIN_TICKS%% *} ]] && MIN_TICKS="$pt $t -c $c -P $p on $tg"
+                        fi
+                        say "[latency round $r/$ROUNDS] $t -c $c -P $p $tg: $rps rps, p50 $p50 ms, p99 $p99 ms, proxy ticks $pt, redis ticks $st"
+                        [[ -n $RAW ]] && echo "latency_c$c,$t,$p,$tg,$r,$n,$rps" >>"$RAW"
+                    else
+                        FAILED=1
+                        KEEP_WORK=1
+                        say "[latency round $r/$ROUNDS] $t -c $c -P $p $tg: FAILED"
+                        tail -n 3 "$WORK/redis-benchmark.err" >&2 || true
+                    fi
+                    [[ $cp == 1:1 && -n $LAT1 ]] || continue
+                    limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
+                    if out=$(timeout -k 5 "$limit" "${CPU_CLIENT[@]}" "$LAT1" 127.0.0.1 "${PORT[$tg]}" \
+                        "$n" "$t" 2>>"$WORK/lat1.err") && read -r x50 x99 xm xr <<<"$out" && [[ -n $xr ]]; then
+                        LAT[$k|x50]+=" $x50" LAT[$k|x99]+=" $x99" LAT[$k|xmean]+=" $xm" LAT[$k|xrps]+=" $xr"
+                        say "[latency round $r/$ROUNDS] $t 1 client $tg, lat1: p50 $x50 us, p99 $x99 us, mean $xm us"
+                    else
+                        FAILED=1
+                        KEEP_WORK=1
+                        say "[latency round $r/$ROUNDS] $t 1 client $tg, lat1: FAILED"
+                        tail -n 3 "$WORK/lat1.err" >&2 || true
+                    fi
+                done
+                ci=$((ci + 1))
+            done
+        done
+    done
+    above() { [[ $1 != - ]] && awk -v a="$1" -v l="$2" 'BEGIN { exit !(a > l) }'; }
+    lmed() { [[ -n ${LAT[$1]:-} ]] && median <<<"${LAT[$1]}" || true; }
+    fmt_ms() { [[ -n $1 ]] && printf '%.3f' "$1" || printf -- '-'; }
+    fmt_us() { [[ -n $1 ]] && printf '%.2f' "$1" || printf -- '-'; }
+    echo "## Latency and CPU per request"
+    echo
+    echo "redis-benchmark -r $KEYSPACE, GET and SET at 1, 10 and 50 clients (-P 1) and 50 clients -P 16;" \
+        "the same targets as the pass-through table, in the same kind of interleaved rounds, median of" \
+        "rounds for every column. p50 and p99 are redis-benchmark's, in ms: its histogram counts in units" \
+        "of 8 µs below 16 ms (0.007, 0.015, 0.023...), too coarse at 1 client, hence the table after this one. CPU: utime +" \
+        "stime of the process (/proc/PID/stat, $HZ ticks/s) over the measurement, per request: the" \
+        "proxy's (none for direct) and redis-server's, whose own share changes when a proxy batches."
+    echo
+    echo "| test | clients | pipeline | target | rps | p50 ms | p99 ms | p50/direct | p99/direct | proxy CPU µs/req | proxy CPU/nutcracker | redis-server CPU µs/req |"
+    echo "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for t in $LAT_TESTS; do
+        for cp in $LAT_CASES; do
+            c=${cp%:*} p=${cp#*:}
+            d50=$(lmed "$t|$cp|direct|p50") d99=$(lmed "$t|$cp|direct|p99")
+            nc=$(lmed "$t|$cp|nutcracker|pcpu")
+            for tg in "${LAT_TARGETS[@]}"; do
+                k="$t|$cp|$tg"
+                case $tg in ttlguard_1to1) tl="ttlguard 1:1" ;; *) tl=$tg ;; esac
+                v50=$(lmed "$k|p50") v99=$(lmed "$k|p99") pc=$(lmed "$k|pcpu")
+                r50=$(ratio "$v50" "$d50") r99=$(ratio "$v99" "$d99") rc=$(ratio "$pc" "$nc")
+                [[ $tg == direct ]] && r50=- r99=-
+                [[ $tg == nutcracker ]] && rc=-
+                echo "| ${t^^} | $c | $p | $tl | $(fmt_rps "$(lmed "$k|rps")") | $(fmt_ms "$v50") | $(fmt_ms "$v99") |" \
+                    "$r50 | $r99 | $(fmt_us "$pc") | $rc | $(fmt_us "$(lmed "$k|scpu")") |"
+                sp=$(spread <<<"${LAT[$k|rps]:-}")
+                if awk -v a="$sp" -v b="$WORST_SPREAD" 'BEGIN { exit !(a > b) }'; then
+                    WORST_SPREAD=$sp WORST_CASE="latency: $t -c $c -P $p on $tg"
+                fi
+                [[ $tg == ttlguard || $tg == ttlguard_1to1 ]] || continue
+                if [[ $c == 1 && -z $LAT1 ]]; then
+                    above "$r50" 2.00 && MISSES+=("latency ${t^^} 1 client: $tl p50/direct $r50 > 2.00")
+                    above "$r99" 2.00 && MISSES+=("latency ${t^^} 1 client: $tl p99/direct $r99 > 2.00")
+                fi
+                above "$rc" 0.80 && MISSES+=("CPU ${t^^} -c $c -P $p: $tl proxy CPU/nutcracker $rc > 0.80")
+            done
+        done
+    done
+    echo
+    printf 'Requests per measurement:'
+    for t in $LAT_TESTS; do
+        for cp in $LAT_CASES; do printf ' %s/c%s/P%s %s' "${t^^}" "${cp%:*}" "${cp#*:}" "${N[latency|$t|$cp]}"; done
+    done
+    printf '.'
+    if [[ -n $MIN_TICKS ]]; then
+        read -r mt mrest <<<"$MIN_TICKS"
+        printf ' Smallest proxy CPU reading: %s ticks (%s), so one tick is at most %s of a proxy CPU figure.' \
+            "$mt" "$mrest" "$(awk -v t="$mt" 'BEGIN { printf (t > 0 ? "%.1f%%" : "all"), 100 / (t > 0 ? t : 1) }')"
+        if ((mt < 50)); then
+            printf ' **Under 50 ticks: a CPU figure there is off by more than 2 %%; use --seconds 2 or more.**'
+            MISSES+=("CPU per request: a proxy CPU reading of $mt ticks, under the 50 that keep a tick under 2 %")
+        fi
+    fi
+    printf '\n\n'
+    if [[ -n $LAT1 ]]; then
+        echo "### One client, to the nanosecond"
+        echo
+        echo "bench/lat1.c: one connection, GET key:lat1 (value xxx) or SET of it, each request" \
+            "sent after the previous reply, TCP_NODELAY; the time from before the write to after the" \
+            "reply's last byte; run right after redis-benchmark's 1-client measurement on the same" \
+            "target, with the same request count. Median of rounds."
+        echo
+        echo "| test | target | p50 µs | p99 µs | mean µs | rps | p50/direct | p99/direct |"
+        echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        for t in $LAT_TESTS; do
+            d50=$(lmed "$t|1:1|direct|x50") d99=$(lmed "$t|1:1|direct|x99")
+            for tg in "${LAT_TARGETS[@]}"; do
+                k="$t|1:1|$tg"
+                case $tg in ttlguard_1to1) tl="ttlguard 1:1" ;; *) tl=$tg ;; esac
+                v50=$(lmed "$k|x50") v99=$(lmed "$k|x99")
+                r50=$(ratio "$v50" "$d50") r99=$(ratio "$v99" "$d99")
+                [[ $tg == direct ]] && r50=- r99=-
+                echo "| ${t^^} | $tl | $(fmt_us "$v50") | $(fmt_us "$v99") | $(fmt_us "$(lmed "$k|xmean")") |" \
+                    "$(fmt_rps "$(lmed "$k|xrps")") | $r50 | $r99 |"
+                [[ $tg == ttlguard || $tg == ttlguard_1to1 ]] || continue
+                above "$r50" 2.00 && MISSES+=("latency ${t^^} 1 client (lat1): $tl p50/direct $r50 > 2.00")
+                above "$r99" 2.00 && MISSES+=("latency ${t^^} 1 client (lat1): $tl p99/direct $r99 > 2.00")
+            done
+        done
+        echo
+    fi
+    echo "Goals (issue 24): p50 and p99 at 1 client <= 2.0x direct (checked on the one-client table" \
+        "when bench/lat1.c could be built, else on redis-benchmark's figures); proxy CPU per request" \
+        "<= 0.8x nutcracker's on every row, for both ttlguard targets."
+    echo
+fi
 if want_rewrite; then
     rw_tests="set getset incr lpush hset sadd zadd mset"
     run_table rewrite "$rw_tests" "1 16" "rw_pass rw_miss rw_rewrite"
@@ -890,6 +1103,8 @@ if ((${#MISSES[@]})); then
 elif [[ $FAILED == 0 ]]; then
     want_pass && in_pass ttlguard && in_pass nutcracker &&
         echo "Pass-through target met: ttlguard >= nutcracker on every case."
+    want_latency && in_pass direct && in_pass nutcracker && { in_pass ttlguard || in_pass ttlguard_1to1; } &&
+        echo "Latency and CPU goals met: p50 and p99 at 1 client <= 2.0 x direct, proxy CPU per request <= 0.8 x nutcracker's on every row."
     want_rewrite && echo "Rewrite target met: rewritten >= 0.80 x pass-through at -P 1, 0.70 at -P 16."
 fi
 ((FAILED == 0)) || die "some measurements failed; logs in $WORK"
