@@ -538,15 +538,28 @@ void policy_probe_answered(const struct config *cfg, const char *rec, size_t len
         events_violation(r, name, key, EFF_MOVES_WITHOUT_TTL, act, client);
 }
 
-/* The command itself, into b: its original argument bytes when unchanged
- * (rw->orig_args), else argv[0..argc). */
+/* The command itself: its original argument bytes as far as they are
+ * unchanged (rw->orig_args, sent as they are: a large value is not copied),
+ * the rest, argv[m..argc), into rw->tail after them; all of argv into b for
+ * an inline request or one changed from its name on. */
 static void command_bytes(struct sbuf *b, const struct request *req, int modified, int argc,
                           const struct slice *argv, struct rewrite *rw)
 {
-    if (!modified && !req->inline_cmd)
-        rw->orig_args = args_span(req);
-    else
+    int m = 0;
+    if (!req->inline_cmd)
+        while (m < argc && m < req->argc && argv[m].p == req->argv[m].p &&
+               argv[m].len == req->argv[m].len)
+            m++;
+    if (m == 0) {
         sb_args(b, argc, argv);
+        return;
+    }
+    rw->orig_args = args_span(req);
+    if (!modified)
+        return;
+    const struct slice *last = &req->argv[m - 1];
+    rw->orig_args.len = (size_t)(last->p + last->len + 2 - rw->orig_args.p);
+    sb_args(&rw->tail, argc - m, argv + m);
 }
 
 /* INTO_DB_LUA for MOVE or COPY ... DB n: one key, found[0] (MOVE's, or COPY's
@@ -996,7 +1009,7 @@ static enum verdict rewrite_command(const struct request *req, const struct poli
     if (!modified)
         return V_FORWARD;
     sb_header(&rw->pre, '*', argc);
-    sb_args(&rw->pre, argc, nargv);
+    command_bytes(&rw->pre, req, modified, argc, nargv, rw);
     return V_REWRITE;
 }
 

@@ -458,6 +458,8 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         size_t ncap = s->icap ? s->icap * 2 : 2 * READ_CHUNK;
         if (ncap < s->ilen + READ_CHUNK)
             ncap = s->ilen + READ_CHUNK;
+        if (s->iwant > s->icap)         /* a held large request: its size at once */
+            ncap = s->iwant > s->ilen + READ_CHUNK ? s->iwant : s->ilen + READ_CHUNK;
         s->ibuf = xrealloc(s->ibuf, ncap);
         s->icap = ncap;
     }
@@ -1140,9 +1142,9 @@ static int keep_rest(struct session *s, const char *data, size_t len, size_t pos
         }
         s->ilen = left;
     } else if (left > 0) {
-        if (s->icap < left + READ_CHUNK) {
+        if (s->icap < left + READ_CHUNK || s->icap < s->iwant) {
             free(s->ibuf);
-            s->icap = left + READ_CHUNK;
+            s->icap = left + READ_CHUNK > s->iwant ? left + READ_CHUNK : s->iwant;
             s->ibuf = xmalloc(s->icap);
         }
         memcpy(s->ibuf, data + pos, left);
@@ -1151,6 +1153,7 @@ static int keep_rest(struct session *s, const char *data, size_t len, size_t pos
     }
     if (s->ilen == 0) {
         req_framer_moved(s->framer, len, 0);    /* everything was consumed */
+        s->iwant = 0;
         if (s->icap > 0) {       /* idle: hold no buffer */
             free(s->ibuf);
             s->ibuf = NULL;
@@ -1223,6 +1226,8 @@ static void process_input(struct session *s, const char *data, size_t len, int i
                          req.head != NULL ? stream_head(s, &req) : handle_request(s, &req);
         if (h == HR_HOLD) {
             req_framer_hold(s->framer);
+            /* Its size so far: the head, the large bulk, a little for what follows. */
+            s->iwant = req.raw.len + (size_t)req.head->big_len + 2 + READ_CHUNK;
             continue;
         }
         if (h == HR_STREAM) {

@@ -185,6 +185,8 @@ struct session {
     /* Client input: only the partial request that spans reads lives here. */
     char *ibuf;
     size_t ilen, icap;
+    size_t iwant;                   /* a held large request's size, as far as known: ibuf
+                                       grows to it at once (0: none) */
     struct req_framer *framer;
 
     /* Pending queue: one struct pending per reply owed to the client. */
