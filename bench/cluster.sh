@@ -3,7 +3,10 @@
 # bench/cluster.sh: redis-benchmark --cluster straight to a 6-node Redis Cluster versus
 # through ttlguard (cluster = on), in one run (issue 12).
 #
-# usage: bench/cluster.sh [--quick] [--rounds N] [--seconds S] [--targets LIST] > out.md
+# usage: bench/cluster.sh [--quick] [--tls] [--rounds N] [--seconds S] [--targets LIST] > out.md
+#   --tls            a TLS cluster (tls-port, tls-cluster, tls-replication; certificates made
+#                    here) and redis-benchmark --tls: direct to the nodes' TLS ports, through
+#                    ttlguard with backend_tls = on and tls_listen (TLS node ports); GET/SET
 #   --quick          plumbing check: --seconds 0.2 (figures rounded to 250 ms, meaningless)
 #   --rounds N       rounds per case, the table shows the median (default 3)
 #   --seconds S      length of one measurement, calibrated on the first target (default 2)
@@ -28,10 +31,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ALL_TARGETS=direct,ttlguard,ttlguard_rules
 usage() { sed -n '/^# usage:/,/^#$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
-ROUNDS=3 SECONDS_PER=2 TARGETS=$ALL_TARGETS CLIENTS=50 KEYSPACE=100000
+ROUNDS=3 SECONDS_PER=2 TARGETS=$ALL_TARGETS CLIENTS=50 KEYSPACE=100000 TLS=0
 while (($#)); do
     case $1 in
     --quick) SECONDS_PER=0.2 ;;
+    --tls) TLS=1 ;;
     --rounds) ROUNDS=${2:?--rounds needs a value}; shift ;;
     --seconds) SECONDS_PER=${2:?--seconds needs a value}; shift ;;
     --targets) TARGETS=${2:?--targets needs a value}; shift ;;
@@ -57,15 +61,36 @@ cli() { timeout 5 "$REDIS_CLI" -h 127.0.0.1 -p "$@" 2>/dev/null; }
 pong() { [[ $(cli "$1" ping) == PONG ]]; }
 cp "$TTLG_BIN" "$WORK/ttlguard" # so that a rebuild of build/ during the run changes nothing
 
+# ---- --tls: a CA and one certificate (127.0.0.1) for the nodes and ttlguard ----------
+TLS_ARGS=() NODE_TLS=()
+if ((TLS)); then
+    ssl() { openssl "$@" >>"$WORK/openssl.log" 2>&1 || die "openssl $1 failed (see $WORK/openssl.log)"; }
+    EC=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    ssl req -x509 "${EC[@]}" -keyout "$WORK/ca.key" -out "$WORK/ca.crt" -subj /CN=bench-ca -days 2 \
+        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign
+    ssl req -new "${EC[@]}" -keyout "$WORK/tls.key" -out "$WORK/tls.csr" -subj /CN=bench
+    printf 'subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth,clientAuth\n' >"$WORK/ext.cnf"
+    ssl x509 -req -in "$WORK/tls.csr" -CA "$WORK/ca.crt" -CAkey "$WORK/ca.key" -set_serial 2 -days 2 \
+        -extfile "$WORK/ext.cnf" -out "$WORK/tls.crt"
+    TLS_ARGS=(--tls --cacert "$WORK/ca.crt")
+    NODE_TLS=(--tls-cluster yes --tls-replication yes --tls-cert-file "$WORK/tls.crt" --tls-key-file
+        "$WORK/tls.key" --tls-ca-cert-file "$WORK/ca.crt" --tls-auth-clients no)
+fi
+
 # ---- the cluster (bus ports from BENCH_PORTS too) ----------------------------------
-NODES=() NODE_PIDS=() port='' bus=''
+NODES=() NODE_PIDS=() TNODES=() port='' bus='' tport=''
 for i in 1 2 3 4 5 6; do
     free_port port; free_port bus; mkdir "$WORK/node$i"
+    tls=() && ((TLS)) && free_port tport && tls=(--tls-port "$tport" "${NODE_TLS[@]}") && TNODES+=("$tport")
     start_bg "$WORK/node$i/redis.log" "$REDIS_SERVER" --port "$port" --cluster-port "$bus" \
         --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 --save '' \
-        --appendonly no --bind 127.0.0.1 --dir "$WORK/node$i" --daemonize no --repl-diskless-sync-delay 0
+        --appendonly no --bind 127.0.0.1 --dir "$WORK/node$i" --daemonize no --repl-diskless-sync-delay 0 \
+        "${tls[@]}"
     NODES+=("$port") NODE_PIDS+=("$PID_LAST")
 done
+SEEDS=("${NODES[@]}") && ((TLS)) && SEEDS=("${TNODES[@]}")
+pcli() { timeout 5 "$REDIS_CLI" "${TLS_ARGS[@]}" -h 127.0.0.1 -p "$@" 2>/dev/null; } # as clients do
+ppong() { [[ $(pcli "$1" ping) == PONG ]]; }
 for i in "${!NODES[@]}"; do wait_for "redis-server :${NODES[i]} PING" "${NODE_PIDS[i]}" 10 pong "${NODES[i]}"; done
 timeout 60 "$REDIS_CLI" --cluster create "${NODES[@]/#/127.0.0.1:}" --cluster-replicas 1 --cluster-yes \
     >"$WORK/cluster-create.log" 2>&1 || { KEEP_WORK=1; die "redis-cli --cluster create failed (see $WORK/cluster-create.log)"; }
@@ -79,21 +104,28 @@ flush_all() { local p; for p in $(primaries); do cli "$p" flushall >/dev/null ||
 
 # ---- ttlguard targets, one process each ------------------------------------------------
 declare -A TPORT TPID
-TPORT[direct]=${NODES[0]} RANGES=
+TPORT[direct]=${SEEDS[0]} RANGES=
 own_slots() { # own_slots PORT LO: CLUSTER SLOTS through ttlguard names >= 3 nodes, all its own ports
-    cli "$1" cluster slots | awk -v lo="$2" 'prev == "127.0.0.1" { n++; bad += ($1 < lo || $1 >= lo + 10) }
+    pcli "$1" cluster slots | awk -v lo="$2" 'prev == "127.0.0.1" { n++; bad += ($1 < lo || $1 >= lo + 10) }
         { prev = $0 } END { exit !(n >= 3 && !bad) }'; }
 start_ttlguard() { # start_ttlguard TARGET RULES(0|1)
     local port lo
     free_port port; free_range lo 10 # 6 nodes, room for a few more
     {
-        printf '; written by bench/cluster.sh\n[proxy]\nlisten = 127.0.0.1:%s\nmultiplex = on\ncluster = on\n' "$port"
-        printf 'backend = 127.0.0.1:%s 127.0.0.1:%s\n' "${NODES[0]}" "${NODES[1]}"
+        printf '; written by bench/cluster.sh\n[proxy]\nmultiplex = on\ncluster = on\n'
+        if ((TLS)); then
+            printf 'listen =\ntls_listen = 127.0.0.1:%s\nbackend_tls = on\n' "$port"
+            printf 'backend_tls_ca_cert_file = %s\ntls_cert_file = %s\ntls_key_file = %s\n' \
+                "$WORK/ca.crt" "$WORK/tls.crt" "$WORK/tls.key"
+        else
+            printf 'listen = 127.0.0.1:%s\n' "$port"
+        fi
+        printf 'backend = 127.0.0.1:%s 127.0.0.1:%s\n' "${SEEDS[0]}" "${SEEDS[1]}"
         printf 'cluster_ports = %s-%s\ncluster_announce = 127.0.0.1\n' "$lo" $((lo + 9))
         if (($2)); then printf '\n[ttl "%s"]\nttl = 900\naction = rewrite\n' key: counter: mylist:; fi
     } >"$WORK/$1.ini"
     start_bg "$WORK/$1.log" "$WORK/ttlguard" --config "$WORK/$1.ini"
-    wait_for "$1 PING" "$PID_LAST" 10 pong "$port"
+    wait_for "$1 PING" "$PID_LAST" 10 ppong "$port"
     wait_for "$1 CLUSTER SLOTS with its own ports only" "$PID_LAST" 20 own_slots "$port" "$lo"
     TPORT[$1]=$port TPID[$1]=$PID_LAST RANGES+="${RANGES:+, }$1 $lo-$((lo + 9))"
 }
@@ -104,7 +136,7 @@ if in_targets ttlguard_rules; then start_ttlguard ttlguard_rules 1; fi
 bench() { # bench TARGET ARGS...: redis-benchmark --cluster at TARGET's port, bounded
     local port=${TPORT[$1]} limit; shift
     limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
-    timeout -k 5 "$limit" "$REDIS_BENCHMARK" --cluster -h 127.0.0.1 -p "$port" "$@" 2>>"$WORK/redis-benchmark.err"
+    timeout -k 5 "$limit" "$REDIS_BENCHMARK" --cluster "${TLS_ARGS[@]}" -h 127.0.0.1 -p "$port" "$@" 2>>"$WORK/redis-benchmark.err"
 }
 # With --cluster, redis-benchmark runs a thread per primary, and a thread whose clients are
 # through stops only at its next 250 ms tick, so its final figure counts time up to a tick.
@@ -147,7 +179,8 @@ build=
 [[ $TTLG_BIN -ef $ROOT/build/ttlguard ]] &&
     build=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=\(.*\)/, \1 build/p' "$ROOT/build/CMakeCache.txt" 2>/dev/null)
 ldd "$TTLG_BIN" 2>/dev/null | grep -qE 'libasan|libubsan' && build+=" - SANITIZER BUILD, numbers are meaningless"
-echo "## Redis Cluster pass-through"
+echo "## Redis Cluster pass-through$( ((TLS)) && echo ", TLS")"
+((TLS)) && echo && echo "- TLS everywhere: nodes with tls-port, tls-cluster and tls-replication (EC P-256 certificate); redis-benchmark --tls; ttlguard backend_tls = on and tls_listen (its node ports speak TLS)"
 echo
 echo "- $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)), not pinned, all processes on this host; load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "- $(first_line "$REDIS_SERVER" --version | cut -d' ' -f1-3); $(first_line "$REDIS_BENCHMARK" --version); cluster of 6 nodes, $NPRIM primaries with 1 replica each, node timeout 2000 ms, no persistence"
@@ -157,7 +190,7 @@ echo "- redis-benchmark --cluster -c $CLIENTS -r $KEYSPACE (a thread per primary
 echo
 
 declare -A N RESULTS CPU REQS
-TESTS=(set get incr lpush) PIPES=(1 16) NT=${#TLIST[@]} FAILED=0 ci=0
+TESTS=(set get incr lpush) PIPES=(1 16) && ((TLS)) && TESTS=(set get) NT=${#TLIST[@]} FAILED=0 ci=0
 for t in "${TESTS[@]}"; do
     for p in "${PIPES[@]}"; do
         # A probe of about half the wanted length at a guessed rate; >= 20 pipelines per client.

@@ -104,6 +104,8 @@ struct scan {
     const struct audit_opts *o;
     const struct config *cfg;
     struct aconn *c;
+    const char *tls_name;           /* a cluster node's host name, its certificate's name
+                                       (NULL: backend_tls_server_name, else the address) */
     struct arep *rep;
     FILE *events;                   /* fix events; NULL = none */
     int events_close;
@@ -917,10 +919,11 @@ static int read_info(struct aconn *c, struct arep *rep, int slot, char *err, siz
     return 0;
 }
 
-static int connect_backend(const struct audit_opts *o, const struct config *cfg,
-                           const char *backend, struct arep *rep, struct aconn **out, char *err,
-                           size_t errlen)
+static int connect_backend(const struct scan *s, const char *backend, struct arep *rep,
+                           struct aconn **out, char *err, size_t errlen)
 {
+    const struct audit_opts *o = s->o;
+    const struct config *cfg = s->cfg;
     struct addr a;
     char why[256];
     if (addr_parse(backend, &a, why, sizeof why) == -1) {
@@ -934,7 +937,8 @@ static int connect_backend(const struct audit_opts *o, const struct config *cfg,
     }
     struct aconn *c = aconn_open(&a, cfg->connect_timeout ? cfg->connect_timeout : 3000,
                                  AUDIT_IO_TIMEOUT_MS, cfg->backend_tls_ctx,
-                                 cfg->backend_tls_server_name, err, errlen);
+                                 s->tls_name != NULL ? s->tls_name : cfg->backend_tls_server_name,
+                                 err, errlen);
     if (c == NULL)
         return -1;
 
@@ -986,7 +990,7 @@ static const redisReply *reply_field(const redisReply *r, const char *key);
 static int audit_node(struct scan *s, const char *backend, char *err, size_t errlen)
 {
     struct arep *rep = s->rep;
-    if (connect_backend(s->o, s->cfg, backend, rep, &s->c, err, errlen) == -1)
+    if (connect_backend(s, backend, rep, &s->c, err, errlen) == -1)
         return -1;
     if (rep->fix == AREP_FIX_APPLY && fix_preflight(rep, err, errlen) == -1)
         return -1;
@@ -1018,16 +1022,34 @@ static int audit_node(struct scan *s, const char *backend, char *err, size_t err
     return 0;
 }
 
+/* A CLUSTER SHARDS node as host:port (its TLS port with backend_tls) into
+ * addr, and the host name it announces (its certificate's name) into name. */
+static int shard_node_addr(const redisReply *node, int tls, char *addr, size_t addrlen,
+                           char *name, size_t namelen)
+{
+    const redisReply *ip = reply_field(node, "ip"), *host = reply_field(node, "hostname");
+    const redisReply *port = reply_field(node, tls ? "tls-port" : "port");
+    if (port == NULL)
+        port = reply_field(node, tls ? "port" : "tls-port");
+    if (ip == NULL || ip->str == NULL || port == NULL || port->type != REDIS_REPLY_INTEGER)
+        return -1;
+    snprintf(addr, addrlen, strchr(ip->str, ':') ? "[%s]:%lld" : "%s:%lld", ip->str,
+             port->integer);
+    snprintf(name, namelen, "%s", host != NULL && host->str != NULL ? host->str : "");
+    return 0;
+}
+
 /* The nodes to read, one per shard of the cluster seed is in: its primary,
  * or with --from-replicas an online replica when it has one. Returns how
- * many were put in nodes (host:port strings, malloc'ed), or -1 with err. */
-static int cluster_nodes(struct scan *s, const char *seed, char **nodes, int max, char *err,
-                         size_t errlen)
+ * many were put in nodes (host:port strings, malloc'ed) and names (their
+ * host names, "" when they announce none), or -1 with err. */
+static int cluster_nodes(struct scan *s, const char *seed, char **nodes, char **names, int max,
+                         char *err, size_t errlen)
 {
     const char *argv[] = { "CLUSTER", "SHARDS" };
     redisReply *r;
     int n = 0;
-    if (connect_backend(s->o, s->cfg, seed, s->rep, &s->c, err, errlen) == -1)
+    if (connect_backend(s, seed, s->rep, &s->c, err, errlen) == -1)
         return -1;
     if (simple_call(s->c, err, errlen, "--cluster: CLUSTER SHARDS", &r, 2, argv) == -1) {
         aconn_close(s->c);
@@ -1049,13 +1071,11 @@ static int cluster_nodes(struct scan *s, const char *seed, char **nodes, int max
                 break;
             }
         }
-        const redisReply *ip = pick != NULL ? reply_field(pick, "ip") : NULL;
-        const redisReply *port = pick != NULL ? reply_field(pick, "port") : NULL;
-        if (ip == NULL || ip->str == NULL || port == NULL || port->type != REDIS_REPLY_INTEGER)
+        char addr[300], name[256];
+        if (pick == NULL || shard_node_addr(pick, s->cfg->backend_tls, addr, sizeof addr, name,
+                                            sizeof name) == -1)
             continue;
-        char addr[300];
-        snprintf(addr, sizeof addr, strchr(ip->str, ':') ? "[%s]:%lld" : "%s:%lld", ip->str,
-                 port->integer);
+        names[n] = xstrdup(name);
         nodes[n++] = xstrdup(addr);
     }
     freeReplyObject(r);
@@ -1071,14 +1091,16 @@ static int cluster_nodes(struct scan *s, const char *seed, char **nodes, int max
 static int audit_cluster(struct scan *s, const char *seed, char *err, size_t errlen)
 {
     struct arep *rep = s->rep;
-    char *nodes[AREP_MAX_NODES];
-    int n = cluster_nodes(s, seed, nodes, AREP_MAX_NODES, err, errlen), rc = 0;
+    char *nodes[AREP_MAX_NODES], *names[AREP_MAX_NODES];
+    int n = cluster_nodes(s, seed, nodes, names, AREP_MAX_NODES, err, errlen), rc = 0;
     long long keys[2] = { 0, 0 }, expires[2] = { 0, 0 };
     if (n > 0)
         rep->nodes = xcalloc((size_t)n, sizeof *rep->nodes);
     for (int i = 0; i < n && rc == 0 && !rep->interrupted; i++) {
         uint64_t seen = rep->seen, leaked = arep_leaked(rep);
+        s->tls_name = names[i][0] != '\0' ? names[i] : NULL;
         rc = audit_node(s, nodes[i], err, errlen);
+        s->tls_name = NULL;
         aconn_close(s->c);
         s->c = NULL;
         if (rc == -1)
@@ -1093,8 +1115,10 @@ static int audit_cluster(struct scan *s, const char *seed, char *err, size_t err
             expires[k] += rep->info_expires[k];
         }
     }
-    for (int i = 0; i < (n > 0 ? n : 0); i++)
+    for (int i = 0; i < (n > 0 ? n : 0); i++) {
         free(nodes[i]);
+        free(names[i]);
+    }
     if (rc == -1 || n < 0)
         return -1;
     memcpy(rep->info_keys, keys, sizeof keys);

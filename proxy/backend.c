@@ -340,11 +340,13 @@ static void on_bconn_tls(struct xport *x, const char *why)
     bconn_connected(b);
 }
 
-/* The name the backend's certificate must carry: backend_tls_server_name,
- * or the host of the backend address. */
+/* The name the backend's certificate must carry: the target's own (a
+ * cluster node's host name), backend_tls_server_name, or the address's host. */
 static const char *tls_name(const struct bconn *b)
 {
     const char *name = b->ctx->cfg->backend_tls_server_name;
+    if (b->t->tls_name[0] != '\0')
+        return b->t->tls_name;
     return name != NULL ? name : b->t->addr.host;
 }
 

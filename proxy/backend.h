@@ -50,6 +50,9 @@ struct target {
     struct loop_ctx *ctx;
     struct addr addr;
     char name[300];                  /* printable, for messages */
+    char tls_name[256];              /* with backend_tls: the name its certificate must carry
+                                        when set (a cluster node's announced host name);
+                                        else backend_tls_server_name, else addr.host */
     char down_reason[512];           /* the error line sessions without this backend get */
     struct sockaddr_storage sa;      /* resolved address (TCP) */
     int sa_ok;

@@ -71,6 +71,7 @@ static void node_listen(struct cnode *c)
     char err[400];
     c->l.on_accept = cl.accept;
     c->l.target = &c->t;
+    c->l.tls = cl.entry->tls;           /* TLS like the entry port (tls_listen) */
     snprintf(c->l.addr.host, sizeof c->l.addr.host, "%s",
              cl.entry->h != NULL ? cl.entry->addr.host : "127.0.0.1");
     while (cl.next_port <= cfg->cluster_port_max) {
@@ -138,8 +139,11 @@ static struct cnode *node_learn(const struct node_ref *r)
     }
     if (r->id.len > 0 && r->id.len < sizeof c->id && c->id[0] == '\0')
         snprintf(c->id, sizeof c->id, "%.*s", (int)r->id.len, r->id.p);
-    if (r->hostname.len > 0 && r->hostname.len < sizeof c->hostname)
+    if (r->hostname.len > 0 && r->hostname.len < sizeof c->hostname) {
         snprintf(c->hostname, sizeof c->hostname, "%.*s", (int)r->hostname.len, r->hostname.p);
+        /* Managed TLS clusters issue certificates to the node host names. */
+        snprintf(c->t.tls_name, sizeof c->t.tls_name, "%s", c->hostname);
+    }
     return c;
 }
 
@@ -175,12 +179,23 @@ static int port_of(const struct rv *v)
     return (int)p;
 }
 
+/* CLUSTER SHARDS names a node's plain port "port" and its TLS port
+ * "tls-port" (either may be missing): the one the proxy's backend
+ * connections use, and the one its own listeners are. */
+static const char *shard_port_key(int tls)
+{
+    return tls ? "tls-port" : "port";
+}
+
 /* A node entry of CLUSTER SHARDS (a map, or a flat array in RESP2). */
 static struct node_ref shard_node_ref(struct rv *node)
 {
+    int tls = cl.ctx->cfg->backend_tls;
+    struct rv *port = rv_get(node, shard_port_key(tls));
     struct node_ref r = {
         .id = text_of(rv_get(node, "id")), .host = text_of(rv_get(node, "ip")),
-        .hostname = text_of(rv_get(node, "hostname")), .port = port_of(rv_get(node, "port")),
+        .hostname = text_of(rv_get(node, "hostname")),
+        .port = port_of(port != NULL ? port : rv_get(node, shard_port_key(!tls))),
     };
     if (r.host.len == 0)
         r.host = text_of(rv_get(node, "endpoint"));
@@ -243,6 +258,22 @@ static void rewrite_slots(struct rv_tree *t, struct rv *root)
     }
 }
 
+/* A CLUSTER SHARDS node's port as the node listeners are: plain ("port")
+ * or TLS ("tls-port"), the other key dropped (a key of that kind renamed
+ * when the node has only the other). */
+static void shard_set_port(struct rv_tree *t, struct rv *node, int port)
+{
+    const char *want = shard_port_key(cl.entry->tls), *other = shard_port_key(!cl.entry->tls);
+    if (rv_get(node, want) != NULL) {
+        drop_key(node, other);
+    } else {
+        for (size_t i = 0; i + 1 < node->n; i += 2)
+            if (rv_is(&node->el[i], other))
+                rv_set_str(t, &node->el[i], want, strlen(want));
+    }
+    set_port(t, rv_get(node, want), port);
+}
+
 /* CLUSTER SHARDS: per shard {slots, nodes: [{id, port, tls-port, ip, endpoint,
  * hostname, role, ...}]}, maps in RESP3 and flat arrays in RESP2. */
 static void rewrite_shards(struct rv_tree *t, struct rv *root)
@@ -256,8 +287,7 @@ static void rewrite_shards(struct rv_tree *t, struct rv *root)
             set_host(t, rv_get(node, "ip"));
             set_host(t, rv_get(node, "endpoint"));
             set_host(t, rv_get(node, "hostname"));
-            set_port(t, rv_get(node, "port"), node_port(c));
-            drop_key(node, "tls-port");     /* the node listeners are plain TCP */
+            shard_set_port(t, node, node_port(c));
         }
     }
 }

@@ -1084,9 +1084,10 @@ static void check_cluster(struct parse *p, const struct section *s)
                 "one port per cluster node, the addresses its clients are given");
         return;
     }
-    if (c->backend_tls || c->tls_listen != NULL) {
-        fail_at(p, line_of(s, "cluster"), "cluster = on with %s is not supported yet",
-                c->backend_tls ? "backend_tls = on" : "tls_listen");
+    if (c->listen != NULL && c->tls_listen != NULL) {
+        fail_at(p, line_of(s, "tls_listen"), "cluster = on takes listen or tls_listen, not "
+                "both: the node ports (cluster_ports) speak TLS when tls_listen is the entry "
+                "port, plain TCP when listen is");
         return;
     }
     if (c->watch) {
@@ -1104,13 +1105,15 @@ static void check_cluster(struct parse *p, const struct section *s)
             return;
         }
     }
-    if (c->cluster_announce == NULL && c->listen != NULL) {
+    const char *entry = c->listen != NULL ? c->listen : c->tls_listen;
+    if (c->cluster_announce == NULL && entry != NULL) {
         struct addr a;
         char why[320];
-        if (addr_parse(c->listen, &a, why, sizeof why) == 0 &&
+        if (addr_parse(entry, &a, why, sizeof why) == 0 &&
             (a.is_unix || strcmp(a.host, "0.0.0.0") == 0 || strcmp(a.host, "::") == 0))
-            fail_at(p, line_of(s, "listen"), "cluster = on with listen = %s: set "
-                    "cluster_announce, the host clients reach the node ports at", c->listen);
+            fail_at(p, line_of(s, c->listen != NULL ? "listen" : "tls_listen"),
+                    "cluster = on with %s = %s: set cluster_announce, the host clients reach "
+                    "the node ports at", c->listen != NULL ? "listen" : "tls_listen", entry);
     }
 }
 

@@ -177,7 +177,9 @@ static int cluster_changed(const struct config *old, const struct config *cfg)
            old->cluster_port_max != cfg->cluster_port_max ||
            !same_text(old->cluster_announce, cfg->cluster_announce) ||
            !same_text(old->backend, cfg->backend) ||
-           !same_text(old->backend_seeds, cfg->backend_seeds);
+           !same_text(old->backend_seeds, cfg->backend_seeds) ||
+           old->backend_tls != cfg->backend_tls ||
+           (old->tls_listen == NULL) != (cfg->tls_listen == NULL);
 }
 
 /* The backend is reached another way: TLS turned on or off, or another name
@@ -247,8 +249,9 @@ static void reload(struct server *srv)
     struct addr plain = srv->plain.addr, secure = { 0 };
     struct addr backend_addr = srv->backend.addr;
     if (cluster_changed(srv->ctx.cfg, cfg)) {
-        snprintf(err, sizeof err, "cluster, cluster_ports, cluster_announce and the seeds in "
-                 "backend apply at start only: restart ttlguard to change them");
+        snprintf(err, sizeof err, "cluster, cluster_ports, cluster_announce, the seeds in "
+                 "backend, backend_tls and which of listen and tls_listen is the entry port "
+                 "apply at start only: restart ttlguard to change them");
         log_error("SIGHUP: config refused, keeping the running one: %s", err);
         events_config_rejected(path, err);
         config_free(cfg);
@@ -466,7 +469,8 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     watch_apply(&srv->ctx);
     audit_bg_apply(&srv->ctx);
     if (cfg->cluster)
-        cluster_start(&srv->ctx, &srv->plain, on_accept);
+        cluster_start(&srv->ctx, cfg->tls_listen != NULL ? &srv->secure : &srv->plain,
+                      on_accept);
     server_timers_and_signals(srv);
     log_listening(srv);
 

@@ -231,10 +231,11 @@ class ClientLoop(threading.Thread):
     exception by type and message; records per key the time of its last
     success."""
 
-    def __init__(self, port, keys):
+    def __init__(self, port, keys, **kw):
         super().__init__(daemon=True)
         self.port = port
         self.keys = list(keys)
+        self.kw = kw                # for RedisCluster (ssl=True, ...)
         self.stop_ev = threading.Event()
         self.errors = collections.Counter()
         self.ops = 0
@@ -243,7 +244,7 @@ class ClientLoop(threading.Thread):
 
     def run(self):
         try:
-            rc = rcluster(self.port)
+            rc = rcluster(self.port, **self.kw)
         except Exception as e:      # noqa: B902 -- reported by the test
             self.fatal = e
             return

@@ -647,8 +647,8 @@ Test(config, cluster_errors)
              "cluster = on needs host:port seeds");
     load_err("[proxy]\nlisten = 0.0.0.0:7400\ncluster = on\ncluster_ports = 7401-7499\n", 2,
              "set cluster_announce");
-    load_err("[proxy]\ncluster = on\ncluster_ports = 7401-7499\nbackend_tls = on\n", 2,
-             "cluster = on with backend_tls = on is not supported yet");
+    /* listen and tls_listen together with cluster = on: test_cluster_tls.py (it needs
+     * certificate files). */
 }
 
 Test(config, parse_duration)

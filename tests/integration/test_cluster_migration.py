@@ -1,0 +1,136 @@
+"""
+Slot migration under load through ttlguard (issue 26, item 3).
+
+While RedisCluster clients write and read back keys through ttlguard's entry
+port (keys under a rewrite rule, [ttl "mig:"] ttl 900) and, at the same
+time, the same client loop runs straight to the cluster, slots move:
+
+  - atomically, by the server: Redis 8.6 `CLUSTER MIGRATION IMPORT lo hi`
+    sent to the new owner, Valkey 9.1 `CLUSTER MIGRATESLOTS SLOTSRANGE lo hi
+    NODE id` sent to the old one (binaries built by tests/servers.sh in
+    /var/cache/ttlguard/servers; skipped, saying so, when one is missing);
+  - classically, `redis-cli --cluster reshard` (MIGRATE / ASK), on
+    harness.SERVER_BIN.
+
+Asserted: no wrong reply (every GET reads back what was written); client
+errors through ttlguard no more than straight to the cluster; the moved keys
+keep a TTL (the rule's, at most 900 s) on the new owner; a -MOVED for a moved
+key through the old owner's proxy port names the new owner's proxy port.
+The figures (requests, wrong replies, errors, direct vs through) are printed.
+"""
+
+import os
+import time
+
+import pytest
+
+import harness
+from harness import Conn, wait_for
+from cluster_util import ANNOUNCE, Cluster, ClusterProxy
+from test_cluster import ClientLoop
+
+SERVERS = "/var/cache/ttlguard/servers"
+RULE = '[ttl "mig:"]\nttl = 900\naction = rewrite\n'
+NSLOTS = 100
+
+
+def server_bin(name):
+    path = os.path.join(SERVERS, name,
+                        "valkey-server" if name.startswith("valkey") else "redis-server")
+    if not os.access(path, os.X_OK):
+        pytest.skip("%s not built (tests/servers.sh): %s" % (name, path))
+    return path
+
+
+def atomic_move(cluster, src, dst, lo, hi, kind):
+    """Start the server's atomic migration of slots lo..hi from src to dst
+    and wait (bounded) until dst owns them all."""
+    if kind == "redis":
+        r = cluster.cmd(dst["port"], "CLUSTER", "MIGRATION", "IMPORT", lo, hi)
+    else:
+        r = cluster.cmd(src["port"], "CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", lo, hi,
+                        "NODE", dst["id"])
+    assert not isinstance(r, harness.RespError), r
+    wait_for(lambda: all(cluster.owner_of_slot(s)["id"] == dst["id"] for s in (lo, hi)),
+             60, "slots %d-%d owned by the destination" % (lo, hi), interval=0.1)
+    cluster.wait_stable(60)
+
+
+def run_under_load(cluster, proxy, move):
+    keys = ["mig:%d" % i for i in range(300)]
+    through = [ClientLoop(proxy.port, keys[i::3]) for i in range(3)]
+    direct = [ClientLoop(cluster.ports[0], ["d" + k for k in keys[i::3]]) for i in range(2)]
+    for c in through + direct:
+        c.start()
+    try:
+        wait_for(lambda: all(c.ops > 100 or c.fatal for c in through + direct), 20,
+                 "the client loops running")
+        move()
+        time.sleep(1.0)
+    finally:
+        for c in through + direct:
+            c.finish()
+    t_err = sum(sum(c.errors.values()) for c in through)
+    d_err = sum(sum(c.errors.values()) for c in direct)
+    wrong = sum(n for c in through for e, n in c.errors.items() if e.startswith("GET"))
+    print("migration: through ttlguard %d requests, %d wrong replies, %d errors %r; direct %d "
+          "requests, %d errors %r" % (sum(c.ops for c in through), wrong, t_err,
+                                      [dict(c.errors) for c in through],
+                                      sum(c.ops for c in direct), d_err,
+                                      [dict(c.errors) for c in direct]))
+    assert wrong == 0
+    per_thread_direct = d_err / len(direct)
+    assert t_err <= max(0, per_thread_direct * len(through)), (t_err, d_err)
+    return keys
+
+
+def check_moved(cluster, proxy, keys, src, dst, lo, hi):
+    ports = proxy.node_ports()
+    moved = [k for k in keys if lo <= cluster.cmd(cluster.ports[0], "CLUSTER", "KEYSLOT", k) <= hi]
+    assert moved, "no key in the moved slots"
+    with Conn(dst["port"]) as d:
+        for k in moved:
+            assert 0 < d.cmd("TTL", k) <= 900, k
+    with Conn(ports[src["id"]]) as c:
+        r = c.cmd("GET", moved[0])
+    assert isinstance(r, harness.RespError) and r.startswith(b"MOVED"), r
+    assert r.endswith(b"%s:%d" % (ANNOUNCE.encode(), ports[dst["id"]])), (r, ports)
+
+
+@pytest.mark.parametrize("name,kind", [("redis-8.6", "redis"), ("valkey-9.1", "valkey")])
+def test_atomic_slot_migration_under_load(tmp_path, monkeypatch, name, kind):
+    harness.need_binary()
+    monkeypatch.setattr(harness, "SERVER_BIN", server_bin(name))
+    cluster = Cluster(tmp_path / name).start()
+    proxy = None
+    try:
+        proxy = ClusterProxy(tmp_path, cluster, sections=RULE)
+        proxy.start(expect=b"+PONG")
+        src, dst = cluster.primaries()[0], cluster.primaries()[1]
+        lo = src["slots"][0][0]
+        hi = lo + NSLOTS - 1
+        keys = run_under_load(cluster, proxy,
+                              lambda: atomic_move(cluster, src, dst, lo, hi, kind))
+        check_moved(cluster, proxy, keys, src, dst, lo, hi)
+    finally:
+        if proxy is not None:
+            assert proxy.stop() == 0, proxy.stderr()
+        cluster.stop()
+
+
+def test_classic_reshard_under_load(tmp_path):
+    harness.need_binary()
+    cluster = Cluster(tmp_path / "classic").start()
+    proxy = None
+    try:
+        proxy = ClusterProxy(tmp_path, cluster, sections=RULE)
+        proxy.start(expect=b"+PONG")
+        src, dst = cluster.primaries()[0], cluster.primaries()[1]
+        moved = []
+        keys = run_under_load(cluster, proxy,
+                              lambda: moved.extend(cluster.reshard(src["id"], dst["id"], NSLOTS)))
+        check_moved(cluster, proxy, keys, src, dst, min(moved), max(moved))
+    finally:
+        if proxy is not None:
+            assert proxy.stop() == 0, proxy.stderr()
+        cluster.stop()
