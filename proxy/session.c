@@ -1617,3 +1617,9 @@ struct session *session_next(const struct session *s)
 {
     return s->next;
 }
+
+void session_backend_moved(struct session *s, const struct target *t)
+{
+    if (s->be.t == t && s->be.state != BC_IDLE && s->be.state != BC_CLOSING)
+        bconn_lose(&s->be, "the primary moved (Sentinel switch)");
+}
