@@ -95,7 +95,7 @@ static void on_commands_ready(void)
 static void backend_moved(struct server *srv, const struct addr *a, int sessions_too)
 {
     target_set(&srv->backend, &srv->ctx, a, 1);
-    mux_backend_changed();
+    mux_backend_changed(sessions_too);
     control_backend_changed();
     watch_backend_changed();
     audit_bg_backend_changed();

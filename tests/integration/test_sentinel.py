@@ -164,8 +164,8 @@ class Load:
     """Client threads: SET then GET of their own key, checking the reply.
     make() returns a redis-py client; errors reconnect (redis-py does)."""
 
-    def __init__(self, make, n=4):
-        self.make, self.stop_ev = make, threading.Event()
+    def __init__(self, tag, make, n=4):
+        self.tag, self.make, self.stop_ev = tag, make, threading.Event()
         self.ok, self.errors, self.wrong = 0, {}, 0
         self.oks = []               # monotonic time of every success
         self.lock = threading.Lock()
@@ -179,7 +179,7 @@ class Load:
         n = 0
         while not self.stop_ev.is_set():
             n += 1
-            key, val = "load:%d" % i, str(n)
+            key, val = "load:%s:%d" % (self.tag, i), str(n)
             try:
                 c.set(key, val)
                 got = c.get(key)
@@ -229,9 +229,9 @@ def test_failover_under_load(tmp_path, topo, how):
     p = proxy_for(tmp_path, topo).start()
     old = topo.master_port()
     sent = Sentinel([("127.0.0.1", s.port) for s in topo.sentinels], socket_timeout=2)
-    through = Load(lambda: redis.Redis(port=p.port, socket_timeout=2,
+    through = Load("through", lambda: redis.Redis(port=p.port, socket_timeout=2,
                                        retry_on_timeout=False))
-    direct = Load(lambda: sent.master_for(MASTER, socket_timeout=2))
+    direct = Load("direct", lambda: sent.master_for(MASTER, socket_timeout=2))
     try:
         time.sleep(1.0)
         got = switch_watcher(topo.sentinels[1])
