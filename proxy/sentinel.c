@@ -17,6 +17,7 @@
 #include "config.h"
 #include "events.h"
 #include "loop.h"
+#include "resp_request.h"
 #include "sentinel.h"
 
 #define MAX_SENTINELS 16
@@ -617,4 +618,67 @@ const char *sentinel_problem(void)
                  "the last in %.1f ms)", sn.ctx->cfg->sentinel_master, sn.primary_name,
                  (unsigned long long)sn.switches, sn.last_follow_us / 1000.0);
     return text;
+}
+
+/* ---- ttlguard as a Sentinel for clients ------------------------------------ */
+
+static void bulk(struct evbuf *b, const char *s)
+{
+    evbuf_printf(b, "$%zu\r\n%s\r\n", strlen(s), s);
+}
+
+/* SENTINEL MASTER(S): the one master, at ttlguard's own address. */
+static void master_state(struct evbuf *b, const char *name, const char *host, const char *port)
+{
+    const char *kv[] = { "name", name, "ip", host, "port", port, "flags", "master",
+                         "num-slaves", "0", "num-other-sentinels", "0", "quorum", "1" };
+    size_t n = sizeof kv / sizeof kv[0];
+    evbuf_printf(b, "*%zu\r\n", n);
+    for (size_t i = 0; i < n; i++)
+        bulk(b, kv[i]);
+}
+
+/* argv[2] is the master name (when there is one). */
+static int names_master(const struct request *req, const char *name)
+{
+    return req->argc >= 3 && slice_eq_nocase(req->argv[2], name) &&
+           req->argv[2].len == strlen(name);
+}
+
+int sentinel_answer(const struct config *cfg, const struct request *req, const char *host,
+                    int port, struct evbuf *out)
+{
+    if (cfg->sentinel == NULL || !slice_eq_nocase(req->argv[0], "SENTINEL"))
+        return 0;
+    char p[16];
+    snprintf(p, sizeof p, "%d", port);
+    struct slice sub = req->argc >= 2 ? req->argv[1] : (struct slice){ "", 0 };
+    const char *name = cfg->sentinel_master;
+    if (port == 0) {
+        evbuf_adds(out, "-ERR ttlguard answers SENTINEL on TCP listeners only\r\n");
+    } else if (slice_eq_nocase(sub, "get-master-addr-by-name") && req->argc == 3) {
+        if (!names_master(req, name)) {
+            evbuf_adds(out, "*-1\r\n");
+            return 1;
+        }
+        evbuf_adds(out, "*2\r\n");
+        bulk(out, host);
+        bulk(out, p);
+    } else if (slice_eq_nocase(sub, "masters") && req->argc == 2) {
+        evbuf_adds(out, "*1\r\n");
+        master_state(out, name, host, p);
+    } else if (slice_eq_nocase(sub, "master") && req->argc == 3 && names_master(req, name)) {
+        master_state(out, name, host, p);
+    } else if ((slice_eq_nocase(sub, "sentinels") || slice_eq_nocase(sub, "replicas") ||
+                slice_eq_nocase(sub, "slaves")) && req->argc == 3 && names_master(req, name)) {
+        evbuf_adds(out, "*0\r\n");
+    } else if (req->argc == 3 && (slice_eq_nocase(sub, "sentinels") ||
+               slice_eq_nocase(sub, "replicas") || slice_eq_nocase(sub, "slaves") ||
+               slice_eq_nocase(sub, "master"))) {
+        evbuf_adds(out, "-ERR No such master with that name\r\n");
+    } else {
+        evbuf_adds(out, "-ERR ttlguard answers SENTINEL get-master-addr-by-name, masters, "
+                   "master, sentinels and replicas only\r\n");
+    }
+    return 1;
 }

@@ -23,6 +23,7 @@
 struct config;
 struct loop_ctx;
 struct evbuf;
+struct request;
 
 /* The primary cfg's Sentinels name, its ROLE checked (blocking, bounded by
  * connect_timeout per connection). 0 with *primary set; -1 with
@@ -42,6 +43,14 @@ int sentinel_config_changed(const struct config *a, const struct config *b);
 
 void sentinel_stop(void);
 void sentinel_free(void);
+
+/* A client's SENTINEL command, when ttlguard follows Sentinel: answered as
+ * a Sentinel would, naming ttlguard itself (host:port, the address the
+ * client reached; port 0: a unix socket) as the master's address, so that
+ * a client library configured for Sentinel can be pointed at ttlguard.
+ * Returns 1 with the reply (RESP2) appended to out; 0: not one. */
+int sentinel_answer(const struct config *cfg, const struct request *req, const char *host,
+                    int port, struct evbuf *out);
 
 /* /metrics families, and the /healthz line ("" when there is nothing to say). */
 void sentinel_metrics(struct evbuf *b);

@@ -291,3 +291,23 @@ def test_no_sentinel_answers_keeps_the_primary(tmp_path, topo):
             assert c.cmd("SET", "still", "served") == b"OK"
     finally:
         assert p.stop() == 0
+
+
+def test_a_sentinel_client_pointed_at_ttlguard(tmp_path, topo):
+    """redis-py's Sentinel client given ttlguard as its only Sentinel is
+    told the master is ttlguard itself, and works through it."""
+    p = proxy_for(tmp_path, topo).start()
+    try:
+        with Conn(p.port) as c:
+            assert c.cmd("SENTINEL", "get-master-addr-by-name", MASTER) == \
+                [b"127.0.0.1", str(p.port).encode()]
+            assert c.cmd("SENTINEL", "get-master-addr-by-name", "other") is None
+            assert c.cmd("SENTINEL", "sentinels", MASTER) == []
+            assert c.cmd("SENTINEL", "reset", "*").startswith(b"ERR ttlguard answers")
+        s = Sentinel([("127.0.0.1", p.port)], socket_timeout=2)
+        assert s.discover_master(MASTER) == ("127.0.0.1", p.port)
+        m = s.master_for(MASTER, socket_timeout=2)
+        assert m.set("via", "sentinel-client") and m.get("via") == b"sentinel-client"
+        assert redis.Redis(port=topo.master_port()).get("via") == b"sentinel-client"
+    finally:
+        assert p.stop() == 0
