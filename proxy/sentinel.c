@@ -95,33 +95,47 @@ static int login(struct aconn *c, const char *user, const char *pass, char *err,
     return 0;
 }
 
-/* The primary's ROLE is master. */
-static int check_role(const struct config *cfg, const struct addr *a, char *err, size_t errlen)
+/* One command to a (who: "sentinel" or "primary"), logged in as user/pass
+ * first. 0 with *r (the caller frees it); 1: a did not answer; -1: it
+ * refused (an error reply). err says why, naming a. */
+static int ask(const struct config *cfg, const char *who, const struct addr *a,
+               const char *user, const char *pass, int argc, const char **argv,
+               redisReply **r, char *err, size_t errlen)
 {
-    char who[320], why[400], name[300];
+    char name[300], whom[320], why[400];
     addr_format(a, name, sizeof name);
-    snprintf(who, sizeof who, "primary %s", name);
+    snprintf(whom, sizeof whom, "%s %s", who, name);
     struct aconn *c = aconn_open(a, cfg->connect_timeout, cfg->connect_timeout, NULL, NULL,
                                  why, sizeof why);
     if (c == NULL) {
-        snprintf(err, errlen, "%.300s: %.250s", who, why);
-        return -1;
+        snprintf(err, errlen, "%.300s: %.250s", whom, why);
+        return 1;
     }
+    int rc = login(c, user, pass, err, errlen, whom);
+    if (rc == 0)
+        rc = call_ok(c, r, err, errlen, argc, argv, whom);
+    aconn_close(c);
+    return rc;
+}
+
+/* The primary's ROLE is master. */
+static int check_role(const struct config *cfg, const struct addr *a, char *err, size_t errlen)
+{
     const char *argv[1] = { "ROLE" };
     redisReply *r = NULL;
-    int rc = login(c, cfg->backend_username, cfg->backend_password, err, errlen, who);
-    if (rc == 0)
-        rc = call_ok(c, &r, err, errlen, 1, argv, who);
-    aconn_close(c);
-    if (rc != 0)
+    if (ask(cfg, "primary", a, cfg->backend_username, cfg->backend_password, 1, argv, &r, err,
+            errlen) != 0)
         return -1;
     int master = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
                  r->element[0]->type == REDIS_REPLY_STRING &&
                  strcmp(r->element[0]->str, "master") == 0;
-    if (!master)
-        snprintf(err, errlen, "%s answers ROLE as %s, not master", who,
+    if (!master) {
+        char name[300];
+        addr_format(a, name, sizeof name);
+        snprintf(err, errlen, "primary %s answers ROLE as %s, not master", name,
                  r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->str
                  ? r->element[0]->str : "something else");
+    }
     freeReplyObject(r);
     return master ? 0 : -1;
 }
@@ -131,25 +145,17 @@ static int check_role(const struct config *cfg, const struct addr *a, char *err,
 static int ask_one(const struct config *cfg, const struct addr *s, struct addr *primary,
                    char *err, size_t errlen)
 {
-    char who[320], why[400], name[300];
-    addr_format(s, name, sizeof name);
-    snprintf(who, sizeof who, "sentinel %s", name);
-    struct aconn *c = aconn_open(s, cfg->connect_timeout, cfg->connect_timeout, NULL, NULL,
-                                 why, sizeof why);
-    if (c == NULL) {
-        snprintf(err, errlen, "%.300s: %.250s", who, why);
-        return 1;
-    }
     const char *argv[3] = { "SENTINEL", "get-master-addr-by-name", cfg->sentinel_master };
     redisReply *r = NULL;
-    int rc = login(c, cfg->sentinel_username, cfg->sentinel_password, err, errlen, who);
-    if (rc == 0)
-        rc = call_ok(c, &r, err, errlen, 3, argv, who);
-    aconn_close(c);
+    int rc = ask(cfg, "sentinel", s, cfg->sentinel_username, cfg->sentinel_password, 3, argv,
+                 &r, err, errlen);
     if (rc != 0)
-        return -1;
+        return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        snprintf(err, errlen, "%s does not know a master named '%s'", who, cfg->sentinel_master);
+        char name[300];
+        addr_format(s, name, sizeof name);
+        snprintf(err, errlen, "sentinel %s does not know a master named '%s'", name,
+                 cfg->sentinel_master);
         rc = -1;
     } else {
         primary->is_unix = 0;
