@@ -65,13 +65,14 @@ static struct {
 
 /* ---- start-up and reload: blocking --------------------------------------- */
 
+/* 0 with *r; 1: no answer; -1: an error reply (err says which). */
 static int call_ok(struct aconn *c, redisReply **r, char *err, size_t errlen, int argc,
                    const char **argv, const char *who)
 {
     char why[400];
     if (aconn_call(c, r, why, sizeof why, argc, argv) != 0) {
         snprintf(err, errlen, "%.300s: %.250s", who, why);
-        return -1;
+        return 1;                   /* no answer: like a Sentinel that is down */
     }
     if ((*r)->type == REDIS_REPLY_ERROR) {
         snprintf(err, errlen, "%s answered %s: %.300s", who, argv[0], (*r)->str);
@@ -89,10 +90,10 @@ static int login(struct aconn *c, const char *user, const char *pass, char *err,
         return 0;
     const char *argv[3] = { "AUTH", user ? user : pass, pass };
     redisReply *r;
-    if (call_ok(c, &r, err, errlen, user ? 3 : 2, argv, who) != 0)
-        return -1;
-    freeReplyObject(r);
-    return 0;
+    int rc = call_ok(c, &r, err, errlen, user ? 3 : 2, argv, who);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
 }
 
 /* One command to a (who: "sentinel" or "primary"), logged in as user/pass
