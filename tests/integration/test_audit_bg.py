@@ -24,6 +24,7 @@ databases:
   - off by default: no ttlguard_audit_* families.
 """
 
+import html as htmllib
 import json
 import os
 import re
@@ -175,7 +176,11 @@ def test_gauges_and_event_count_the_keyspace(redis_srv, make_proxy, tmp_path):
         html = f.read()
     assert "Keys by state at each background audit pass" in html
     assert re.search(r"2010 leaked \(\+(10|0) since the pass before\)", html)
-
+    # Leaked keys per rule over time, and the last pass's per rule in a table.
+    assert "Leaked keys per rule at each background audit pass" in html
+    text = " ".join(htmllib.unescape(re.sub(r"<[^>]+>", " ", html)).split())
+    for row in (r"%s 1710 \+(10|0) 0 0" % re.escape(S), r"%s 300 \+0 0 0" % re.escape(LG)):
+        assert re.search(row, text), (row, text[-1000:])
 
 def write_commands(port, names):
     """The names COMMAND INFO flags as writes."""
