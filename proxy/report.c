@@ -565,6 +565,7 @@ struct rpoint {
     uint64_t leaked;
     long long change;
     int change_known;
+    long long bytes;            /* leaked_bytes (audit_memory = on); -1 not sampled */
 };
 
 static const char *const apass_states[4] = { "leaked", "expiring", "registered", "unregistered" };
@@ -723,6 +724,7 @@ static void audit_pass_rules(struct report *r, struct apass *a, const struct jfi
     while (obj_next(rules, &off, r->item)) {
         const struct jfield *n = get(r->item, "leaked", J_NUM);
         const struct jfield *c = get(r->item, "leaked_change", J_NUM);
+        const struct jfield *m = get(r->item, "leaked_bytes", J_NUM);
         if (n == NULL)
             continue;
         if (r->nrpoints == r->cap_rpoints) {
@@ -731,7 +733,8 @@ static void audit_pass_rules(struct report *r, struct apass *a, const struct jfi
         }
         struct tally_entry *e = tally_add(&r->audit_rules, str(r->item, "rule"), none, none, none, 0);
         e->n = n->num > 0 ? (uint64_t)n->num : 0;
-        r->rpoints[r->nrpoints++] = (struct rpoint){ e, e->n, c ? c->num : 0, c != NULL };
+        r->rpoints[r->nrpoints++] = (struct rpoint){ e, e->n, c ? c->num : 0, c != NULL,
+                                                     m && m->num >= 0 ? m->num : -1 };
         a->nrp++;
     }
 }
@@ -1318,7 +1321,7 @@ static void rule_violations(const struct report *r, struct slice rule, uint64_t 
 }
 
 static void rule_row(struct html_table *t, const struct report *r, struct slice rule,
-                     const struct rpoint *p)
+                     const struct rpoint *p, int bytes)
 {
     uint64_t through, observed;
     rule_violations(r, rule, &through, &observed);
@@ -1331,29 +1334,39 @@ static void rule_row(struct html_table *t, const struct report *r, struct slice 
         html_cell(t, "%+lld", p->change);
     else
         html_cell(t, "-");
+    if (bytes && p != NULL && p->bytes >= 0)
+        html_cell(t, "%lld", p->bytes);
+    else if (bytes)
+        html_cell(t, "-");
     html_cell(t, "%llu", (unsigned long long)through);
     html_cell(t, "%llu", (unsigned long long)observed);
 }
 
-/* Per rule: its leaked keys at the latest pass next to its violations and
- * watcher findings; then the rules with violations that pass did not name. */
+/* Per rule: its leaked keys (and bytes, where sampled) at the latest pass
+ * next to its violations and watcher findings; then the rules with
+ * violations that pass did not name. */
 static void audit_rules_table(FILE *f, const struct report *r)
 {
     static const char *const head[] = { "rule", "leaked (last pass)", "change",
                                         "violations (through the proxy)", "watcher findings" };
+    static const char *const bhead[] = { "rule", "leaked (last pass)", "change", "leaked bytes",
+                                         "violations (through the proxy)", "watcher findings" };
     const struct apass *a = &r->passes[r->npasses - 1];
     const struct rpoint *rp = r->rpoints + a->rp0;
-    struct html_table t;
-    html_table_begin(&t, f, "lrrrr", head);
+    int bytes = 0;
     for (size_t i = 0; i < a->nrp; i++)
-        rule_row(&t, r, rp[i].rule->part[0], &rp[i]);
+        bytes |= rp[i].bytes >= 0;
+    struct html_table t;
+    html_table_begin(&t, f, bytes ? "lrrrrr" : "lrrrr", bytes ? bhead : head);
+    for (size_t i = 0; i < a->nrp; i++)
+        rule_row(&t, r, rp[i].rule->part[0], &rp[i], bytes);
     struct tally_entry **v = tally_sorted(&r->by_rule);
     for (size_t k = 0; k < r->by_rule.n; k++) {
         size_t i = 0;
         while (i < a->nrp && slice_cmp(rp[i].rule->part[0], v[k]->part[0]) != 0)
             i++;
         if (i == a->nrp)
-            rule_row(&t, r, v[k]->part[0], NULL);
+            rule_row(&t, r, v[k]->part[0], NULL, bytes);
     }
     free(v);
     html_table_end(&t);

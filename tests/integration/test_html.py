@@ -331,8 +331,11 @@ def audit_pass(ts, leaked, rules):
     leaked keys (a durable rule has "registered" instead)."""
     items = [{"rule": D, "prefix": "d:", "expiring": 0, "expiring_change": None,
               "registered": 10, "registered_change": None}]
-    items += [{"rule": r, "prefix": r[5:-1], "leaked": n, "leaked_change": ch, "expiring": 4,
-               "expiring_change": None} for r, (n, ch) in rules.items()]
+    items += [{"rule": r, "prefix": r[5:-1], "leaked": v[0], "leaked_change": v[1], "expiring": 4,
+               "expiring_change": None} for r, v in rules.items()]
+    for item, v in zip(items[1:], rules.values()):
+        if len(v) > 2:                                  # audit_memory = on
+            item.update(leaked_bytes=v[2], expiring_bytes=64)
     return {"ts": ts, "event": "audit_pass", "keys": 1000, "duration_ms": 20, "rate": 1000,
             "dbs": [{"db": 0, "leaked": leaked}], "leaked": leaked, "leaked_change": None,
             "expiring": 50, "registered": 10, "unregistered": 7, "rules": items,
@@ -355,7 +358,7 @@ def leaks_page(tmp):
         violation("2026-12-01T10:30:00.000Z", S, "rewritten", 5),
         violation("2026-12-01T10:31:00.000Z", S, "observed", 3),
         violation("2026-12-01T10:32:00.000Z", X, "rejected", 2),
-        audit_pass("2026-12-01T11:00:00.000Z", 45, {S: (32, 11), C: (13, 3)}),
+        audit_pass("2026-12-01T11:00:00.000Z", 45, {S: (32, 11, 4096), C: (13, 3, 0)}),
     ]
     log = tmp / "audit-events.log"
     log.write_text("".join(json.dumps(e) + "\n" for e in lines) + '{"not": "closed"\n')
@@ -381,9 +384,10 @@ def test_report_leaks_per_rule_over_time(data):
     states = page.figure("Keys by state at each background audit pass")
     assert states["legend"] == ["leaked 45", "expiring 50", "registered 10", "unregistered 7"]
 
-    assert page.rows(["rule", "leaked (last pass)", "change", "violations (through the proxy)",
-                      "watcher findings"]) == [[S, "32", "+11", "5", "3"], [C, "13", "+3", "0", "0"],
-                                               [X, "-", "-", "2", "0"]]
+    assert page.rows(["rule", "leaked (last pass)", "change", "leaked bytes",
+                      "violations (through the proxy)", "watcher findings"]) == [
+        [S, "32", "+11", "4096", "5", "3"], [C, "13", "+3", "0", "0", "0"],
+        [X, "-", "-", "-", "2", "0"]]
     assert "3 passes; the last: 1000 keys, 45 leaked" in page.paras
     # The same counts as the bars by rule: violations and findings together.
     assert page.bars("Violations by rule") == [(S, "8"), (X, "2")]
