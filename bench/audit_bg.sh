@@ -50,11 +50,8 @@ BENCH_NAME=audit_bg.sh BENCH_PORTS=${BENCH_PORTS:-7800-7899} BENCH_TOOLS="curl"
 . "$ROOT/bench/lib.sh"
 cp "$TTLG_BIN" "$WORK/ttlguard"
 
-free_port REDIS_PORT; free_port TTLG_PORT; free_port ADMIN_PORT
-start_bg "$WORK/redis.log" "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
-    --appendonly no --daemonize no
-REDIS_PID=$PID_LAST
-wait_ping redis-server "$REDIS_PID" "$REDIS_PORT"
+start_redis "$WORK/redis.log"
+free_port TTLG_PORT; free_port ADMIN_PORT
 cli() { "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
 
 say "loading $KEYS keys"

@@ -8,7 +8,7 @@
 # in Release when unset and missing), WORK (a temp dir, removed on exit unless
 # KEEP_WORK=1), start_bg (every process started is stopped on exit: TERM, a
 # moment, KILL), free_port/free_range (ports of BENCH_PORTS nobody listens
-# on), cpu_ticks, ratio, first_line, wait_ping.
+# on), start_redis (REDIS_PORT, REDIS_PID), cpu_ticks, ratio, first_line, wait_ping.
 
 die() { echo "bench/$BENCH_NAME: $*" >&2; exit 1; }
 say() { echo "$*" >&2; }
@@ -67,6 +67,14 @@ start_bg() { # start_bg LOG CMD...: CMD in the background, its PID in PIDS and P
     PIDS+=("$!") PID_LAST=$!
 }
 
+start_redis() { # start_redis LOG [redis-server options]: redis-server on REDIS_PORT (REDIS_PID), answering
+    local log=$1; shift
+    free_port REDIS_PORT
+    start_bg "$log" "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
+        --appendonly no --daemonize no "$@"
+    REDIS_PID=$PID_LAST
+    wait_ping redis-server "$REDIS_PID" "$REDIS_PORT"
+}
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / (b > 0 ? b : 1) }' || printf -- '-'; }
 first_line() { "$@" 2>&1 | head -n 1 || true; }

@@ -51,11 +51,8 @@ BENCH_NAME=rewrite_cost.sh BENCH_PORTS=${BENCH_PORTS:-7800-7899} BENCH_TOOLS=""
 . "$ROOT/bench/lib.sh"
 cp "$TTLG_BIN" "$WORK/ttlguard"
 
-free_port REDIS_PORT; free_port TTLG_PORT
-start_bg "$WORK/redis.log" "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
-    --appendonly no --daemonize no
-REDIS_PID=$PID_LAST
-wait_ping redis-server "$REDIS_PID" "$REDIS_PORT"
+start_redis "$WORK/redis.log"
+free_port TTLG_PORT
 {
     printf '[proxy]\nlisten = 127.0.0.1:%s\nbackend = 127.0.0.1:%s\n' "$TTLG_PORT" "$REDIS_PORT"
     for p in key: counter: mylist myhash myset myzset; do

@@ -43,11 +43,8 @@ BENCH_NAME=watch.sh BENCH_PORTS=${BENCH_PORTS:-7700-7799} BENCH_TOOLS="curl"
 . "$ROOT/bench/lib.sh"
 cp "$TTLG_BIN" "$WORK/ttlguard"
 
-free_port REDIS_PORT; free_port TTLG_PORT; free_port ADMIN_PORT
-start_bg "$WORK/redis.log" "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
-    --appendonly no --daemonize no --notify-keyspace-events KEA
-REDIS_PID=$PID_LAST
-wait_ping redis-server "$REDIS_PID" "$REDIS_PORT"
+start_redis "$WORK/redis.log" --notify-keyspace-events KEA
+free_port TTLG_PORT; free_port ADMIN_PORT
 cat >"$WORK/watch.ini" <<EOF
 [proxy]
 listen = 127.0.0.1:$TTLG_PORT

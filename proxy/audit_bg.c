@@ -20,7 +20,8 @@
 #define RETRY_MS        1000            /* reconnect after a lost connection; a busy server */
 #define REFUSED_MS      10000           /* ...after a refused command (ACL, renamed command) */
 #define CHECK_MS        1000            /* INFO again during a pass, and while paused */
-#define REPLY_MAX_MS    60000           /* a command unanswered this long: drop the connection */
+#define REPLY_MAX_MS    60000           /* a command unanswered this long: drop the connection
+                                           (TTLG_AUDIT_REPLY_MAX_MS: shorter, for tests) */
 #define MEMORY_NEAR     0.90            /* of maxmemory: pause above it */
 #define COUNT_MIN       10              /* SCAN COUNT: audit_rate / 100 within these, so a */
 #define COUNT_MAX       100             /* batch (2 commands a key) is a short burst for Redis
@@ -130,6 +131,7 @@ static struct abg {
     char paused[16];                    /* "" running, else loading|failover|sync|memory */
     uint64_t paused_at;                 /* monotonic ms */
     char problem[640];
+    int refusal;                        /* problem: SCAN or PTTL refused for good (an ACL) */
 
     uint64_t passes, keys_read;
     struct pass_result last;
@@ -824,10 +826,21 @@ static void refused(const char *what, const char *err)
     snprintf(before, sizeof before, "%s", a.problem);
     snprintf(a.problem, sizeof a.problem, "audit: %s refused by %s: %.200s", what, a.c.t->name,
              err);
+    a.refusal = !passes && strcmp(what, "INFO") != 0;
     if (!passes && strcmp(before, a.problem) != 0)
         log_warn("%s", a.problem);
     a.hold_until = now_ms_monotonic() + (passes ? CHECK_MS : REFUSED_MS);
     a.checked_at = 0;
+}
+
+/* The problem is over: the server answered (INFO: not a refusal of SCAN or
+ * PTTL, which holds until they are answered, logged once). */
+static void problem_clear(int by_info)
+{
+    if (by_info && a.refusal)
+        return;
+    a.problem[0] = '\0';
+    a.refusal = 0;
 }
 
 static void on_info(const redisReply *r)
@@ -843,7 +856,7 @@ static void on_info(const redisReply *r)
         wait_ms(CHECK_MS);
         return;
     }
-    a.problem[0] = '\0';
+    problem_clear(1);
     if (a.in_pass && a.ndbs < 0)
         keyspace(r->str);
     step();
@@ -876,6 +889,7 @@ static void on_scan(redisReply *r)
         conn_drop(REFUSED_MS);
         return;
     }
+    problem_clear(0);
     const redisReply *keys = r->element[1];
     memcpy(a.cursor, r->element[0]->str, r->element[0]->len + 1);
     if (keys->elements == 0) {
@@ -917,10 +931,12 @@ static void on_keys_done(void)
 {
     if (!a.in_pass || a.batch == NULL)
         return;                     /* the pass was dropped meanwhile (a reload) */
-    if (a.key_error[0] != '\0')
+    if (a.key_error[0] != '\0') {
         refused(a.ctx->cfg->audit_memory ? "PTTL or MEMORY USAGE" : "PTTL", a.key_error);
-    else
+    } else {
+        problem_clear(0);
         classify();
+    }
 }
 
 /* One whole reply; takes r. */
@@ -1013,6 +1029,7 @@ static void c_failed(struct bconn *b, const char *why, int was_ready)
     if (was_ready)
         log_warn("audit: connection to %s lost: %s", b->t->name, why);
     snprintf(a.problem, sizeof a.problem, "audit: no connection to %s: %s", b->t->name, why);
+    a.refusal = 0;
     a.phase = PH_NONE;          /* a batch being read is asked again */
     a.skip = 0;
     a.retry_at = now_ms_monotonic() + RETRY_MS;
@@ -1112,7 +1129,17 @@ void audit_bg_stop(void)
     a.phase = PH_NONE;
     a.hold_until = 0;
     a.paused[0] = '\0';
-    a.problem[0] = '\0';
+    problem_clear(0);
+}
+
+/* REPLY_MAX_MS, or TTLG_AUDIT_REPLY_MAX_MS (100 ms or more): the tests' way
+ * to see a server that does not answer without waiting a minute. */
+static uint64_t reply_max_ms(void)
+{
+    const char *v = getenv("TTLG_AUDIT_REPLY_MAX_MS");
+    char *end;
+    unsigned long long ms = v != NULL ? strtoull(v, &end, 10) : 0;
+    return v != NULL && *v && *end == '\0' && ms >= 100 ? ms : REPLY_MAX_MS;
 }
 
 void audit_bg_cron(uint64_t now)
@@ -1122,9 +1149,10 @@ void audit_bg_cron(uint64_t now)
     if (!a.on)
         return;
     bconn_cron(&a.c, now);
-    if (a.c.state == BC_READY && a.phase != PH_NONE && now - a.sent_at >= REPLY_MAX_MS) {
-        snprintf(a.problem, sizeof a.problem, "audit: %s did not answer in %d s: reconnecting",
-                 a.c.t->name, REPLY_MAX_MS / 1000);
+    if (a.c.state == BC_READY && a.phase != PH_NONE && now - a.sent_at >= reply_max_ms()) {
+        snprintf(a.problem, sizeof a.problem, "audit: %s did not answer in %g s: reconnecting",
+                 a.c.t->name, (double)reply_max_ms() / 1000);
+        a.refusal = 0;
         log_warn("%s", a.problem);
         conn_drop(RETRY_MS);
     }

@@ -397,16 +397,17 @@ static void st_columns(FILE *f, const struct html_timeline *tl, const struct htm
     }
 }
 
-/* Under the chart: each series' color, name and total, and the time span. */
+/* Under the chart: each series' color, name and total (a gauge: its value
+ * in bucket *last), and the time span. */
 static void st_legend(FILE *f, const struct html_timeline *tl, const struct html_series *s,
-                      size_t ns)
+                      size_t ns, const size_t *last)
 {
     char from[32], to[32], step[32];
     fputs("<div class=\"legend\">", f);
     for (size_t i = 0; i < ns; i++) {
         uint64_t total = 0;
         for (size_t b = 0; b < tl->nbuckets; b++)
-            total += s[i].v[b];
+            total += last == NULL || b == *last ? s[i].v[b] : 0;
         fprintf(f, "<span><i style=\"background:%s\"></i>", html_color(i));
         html_text(f, s[i].name);
         fprintf(f, " <b>%llu</b></span>", (unsigned long long)total);
@@ -418,8 +419,8 @@ static void st_legend(FILE *f, const struct html_timeline *tl, const struct html
     html_para(f, "note", "%s to %s UTC, one bar per %s", from, to, step);
 }
 
-void html_stacked_chart(FILE *f, const char *title, const struct html_timeline *tl,
-                        const struct html_series *s, size_t ns)
+static void stacked_chart(FILE *f, const char *title, const struct html_timeline *tl,
+                          const struct html_series *s, size_t ns, const size_t *last)
 {
     uint64_t ymax = 0;
     for (size_t b = 0; b < tl->nbuckets; b++) {
@@ -440,6 +441,18 @@ void html_stacked_chart(FILE *f, const char *title, const struct html_timeline *
     st_axes(f, tl, top, ystep);
     st_columns(f, tl, s, ns, top);
     fputs("</svg>\n", f);
-    st_legend(f, tl, s, ns);
+    st_legend(f, tl, s, ns, last);
     fputs("</figure>\n", f);
+}
+
+void html_stacked_chart(FILE *f, const char *title, const struct html_timeline *tl,
+                        const struct html_series *s, size_t ns)
+{
+    stacked_chart(f, title, tl, s, ns, NULL);
+}
+
+void html_gauge_chart(FILE *f, const char *title, const struct html_timeline *tl,
+                      const struct html_series *s, size_t ns, size_t last)
+{
+    stacked_chart(f, title, tl, s, ns, &last);
 }

@@ -88,5 +88,9 @@ struct html_series {
  * time labels and a legend of the series with their totals. */
 void html_stacked_chart(FILE *f, const char *title, const struct html_timeline *tl,
                         const struct html_series *s, size_t ns);
+/* The same for gauges sampled over time (keys at each audit pass): the
+ * legend gives each series' value in bucket last (the latest), not a total. */
+void html_gauge_chart(FILE *f, const char *title, const struct html_timeline *tl,
+                      const struct html_series *s, size_t ns, size_t last);
 
 #endif

@@ -6,7 +6,9 @@
  * The logs are the proxy's own JSON lines (docs/events.md), so the parser
  * reads one flat object per line: strings (decoded back to the bytes the
  * proxy escaped, \udcXX included), numbers, true/false/null and arrays of
- * strings; nested values are skipped. A line that is not such an object (a
+ * strings; an array's objects are kept as text, read one by one the same way
+ * when asked for (obj_next(): audit_pass's "rules"); other nested values
+ * are skipped. A line that is not such an object (a
  * stderr log line when events = stderr, a line cut by a full disk) is
  * counted and skipped, never fatal.
  *
@@ -42,6 +44,7 @@ struct jfield {
     char name[32];
     enum jtype type;
     struct evbuf s;             /* J_STR: decoded bytes; J_ARR: the string items, length-prefixed */
+    struct evbuf objs;          /* J_ARR: the object items, raw text, length-prefixed (obj_next()) */
     long long num;
     int nitems;
 };
@@ -197,6 +200,21 @@ fail:
     return -1;
 }
 
+/* An array item that is not a string: skipped; an object's text is kept in
+ * f->objs, length-prefixed, to be read by obj_next() when asked for. */
+static int json_item_skip(struct jin *in, struct jfield *f)
+{
+    const char *start = in->p;
+    if (json_skip(in) != 0)
+        return -1;
+    if (*start == '{') {
+        uint32_t len = (uint32_t)(in->p - start);
+        evbuf_add(&f->objs, &len, sizeof len);
+        evbuf_add(&f->objs, start, len);
+    }
+    return 0;
+}
+
 static int json_value(struct jin *in, struct jfield *f)
 {
     skip_ws(in);
@@ -227,7 +245,7 @@ static int json_value(struct jin *in, struct jfield *f)
                 evbuf_add(&f->s, item.p, item.len);
                 f->nitems++;
                 free(item.p);
-            } else if (json_skip(in) != 0) {
+            } else if (json_item_skip(in, f) != 0) {
                 return -1;
             }
             skip_ws(in);
@@ -269,16 +287,23 @@ static void jobj_reset(struct jobj *o)
 {
     for (int i = 0; i < o->n; i++) {
         o->f[i].s.len = 0;
+        o->f[i].objs.len = 0;
         o->f[i].nitems = 0;
         o->f[i].type = J_NONE;
     }
     o->n = 0;
 }
 
+static void jfield_free(struct jfield *f)
+{
+    free(f->s.p);
+    free(f->objs.p);
+}
+
 static void jobj_free(struct jobj *o)
 {
     for (int i = 0; i < FIELDS_MAX; i++)
-        free(o->f[i].s.p);
+        jfield_free(&o->f[i]);
 }
 
 /* One line into o. Fields beyond FIELDS_MAX, and names longer than 31
@@ -303,14 +328,14 @@ static int json_object(const char *line, size_t len, struct jobj *o)
         if (in.p >= in.end || *in.p != ':')
             goto fail;
         in.p++;
-        struct jfield scratch = { .s = { 0 } };
+        struct jfield scratch = { .s = { 0 }, .objs = { 0 } };
         struct jfield *f = o->n < FIELDS_MAX && name.len < sizeof f->name ? &o->f[o->n] : &scratch;
         if (json_value(&in, f) != 0) {
-            free(scratch.s.p);
+            jfield_free(&scratch);
             goto fail;
         }
         if (f == &scratch) {
-            free(scratch.s.p);
+            jfield_free(&scratch);
         } else {
             if (name.len > 0)           /* "": name.p may still be NULL */
                 memcpy(f->name, name.p, name.len);
@@ -340,6 +365,21 @@ static const struct jfield *get(const struct jobj *o, const char *name, enum jty
             return &o->f[i];
     }
     return NULL;
+}
+
+/* The next object item of the array f from *off (0 at first) into sub: 1,
+ * or 0 when there is none left. Items that are not flat objects are passed. */
+static int obj_next(const struct jfield *f, size_t *off, struct jobj *sub)
+{
+    while (*off + sizeof(uint32_t) <= f->objs.len) {
+        uint32_t len;
+        memcpy(&len, f->objs.p + *off, sizeof len);
+        const char *p = f->objs.p + *off + sizeof len;
+        *off += sizeof len + len;
+        if (json_object(p, len, sub) == 0)
+            return 1;
+    }
+    return 0;
 }
 
 /* A string field as a slice (empty when missing). */
@@ -516,6 +556,16 @@ struct apass {
     uint64_t keys;
     long long leaked_change;
     int change_known;
+    size_t rp0, nrp;            /* its rules: rpoints[rp0, rp0 + nrp) */
+};
+
+/* A ttl rule's leaked keys at an audit_pass (its "rules" item). */
+struct rpoint {
+    struct tally_entry *rule;   /* in audit_rules */
+    uint64_t leaked;
+    long long change;
+    int change_known;
+    long long bytes;            /* leaked_bytes (audit_memory = on); -1 not sampled */
 };
 
 static const char *const apass_states[4] = { "leaked", "expiring", "registered", "unregistered" };
@@ -524,6 +574,10 @@ struct report {
     uint64_t lines, events, skipped;
     struct apass *passes;       /* audit_pass lines in the order read */
     size_t npasses, cap_passes;
+    struct rpoint *rpoints;     /* the passes' rules, pass after pass */
+    size_t nrpoints, cap_rpoints;
+    struct tally audit_rules;   /* rule: its leaked keys at the last pass naming it */
+    struct jobj *item;          /* an item of an array of objects, read by obj_next() */
     char first_ts[32], last_ts[32];
     struct reg *regs;
     size_t nregs;
@@ -657,6 +711,34 @@ static void violation(struct report *r, const struct jobj *o, struct slice ts, u
     count_keys(r, o, rule);
 }
 
+/* The leaked keys of each ttl rule in the "rules" of an audit_pass (durable
+ * rules and "default" have no "leaked"). */
+static void audit_pass_rules(struct report *r, struct apass *a, const struct jfield *rules)
+{
+    size_t off = 0;
+    a->rp0 = r->nrpoints;
+    if (rules == NULL)
+        return;
+    if (r->item == NULL)
+        r->item = xcalloc(1, sizeof *r->item);
+    while (obj_next(rules, &off, r->item)) {
+        const struct jfield *n = get(r->item, "leaked", J_NUM);
+        const struct jfield *c = get(r->item, "leaked_change", J_NUM);
+        const struct jfield *m = get(r->item, "leaked_bytes", J_NUM);
+        if (n == NULL)
+            continue;
+        if (r->nrpoints == r->cap_rpoints) {
+            r->cap_rpoints = r->cap_rpoints ? r->cap_rpoints * 2 : 64;
+            r->rpoints = xrealloc(r->rpoints, r->cap_rpoints * sizeof *r->rpoints);
+        }
+        struct tally_entry *e = tally_add(&r->audit_rules, str(r->item, "rule"), none, none, none, 0);
+        e->n = n->num > 0 ? (uint64_t)n->num : 0;
+        r->rpoints[r->nrpoints++] = (struct rpoint){ e, e->n, c ? c->num : 0, c != NULL,
+                                                     m && m->num >= 0 ? m->num : -1 };
+        a->nrp++;
+    }
+}
+
 static void audit_pass(struct report *r, const struct jobj *o, struct slice ts)
 {
     if (r->npasses == r->cap_passes) {
@@ -675,6 +757,7 @@ static void audit_pass(struct report *r, const struct jobj *o, struct slice ts)
     a->keys = k != NULL && k->num > 0 ? (uint64_t)k->num : 0;
     a->change_known = c != NULL;
     a->leaked_change = c != NULL ? c->num : 0;
+    audit_pass_rules(r, a, get(o, "rules", J_ARR));
 }
 
 static void event(struct report *r, const struct jobj *o)
@@ -1099,19 +1182,21 @@ static void page_rules(FILE *f, const struct report *r)
     html_table_end(&t);
 }
 
-/* The (rule, action) series: the largest PAGE_SERIES, then "other". Tags
- * each entry of by_rule_action with its series; returns how many. */
-static size_t series_names(struct report *r, char **names)
+/* The series of a tally: its largest PAGE_SERIES entries, named by their
+ * first nparts parts (" \xc2\xb7 " between), then "other". Tags each entry
+ * with its series; returns how many. */
+static size_t series_names(const struct tally *t, int nparts, char **names)
 {
-    struct tally_entry **v = tally_sorted(&r->by_rule_action);
-    size_t n = r->by_rule_action.n;
+    struct tally_entry **v = tally_sorted(t);
+    size_t n = t->n;
     for (size_t i = 0; i < n; i++) {
         v[i]->tag = i < PAGE_SERIES ? i : PAGE_SERIES;
         if (i < PAGE_SERIES) {
             struct evbuf b = { 0 };
-            printable(&b, v[i]->part[0]);
-            evbuf_adds(&b, " \xc2\xb7 ");       /* U+00B7 */
-            printable(&b, v[i]->part[1]);
+            for (int p = 0; p < nparts; p++) {
+                evbuf_adds(&b, p ? " \xc2\xb7 " : "");       /* U+00B7 */
+                printable(&b, v[i]->part[p]);
+            }
             evbuf_add(&b, "", 1);
             names[i] = b.p;
         }
@@ -1136,7 +1221,7 @@ static void page_over_time(FILE *f, struct report *r)
 
     char *names[PAGE_SERIES + 1] = { 0 };
     struct html_series s[PAGE_SERIES + 1];
-    size_t ns = series_names(r, names);
+    size_t ns = series_names(&r->by_rule_action, 2, names);
     uint64_t *vals = xcalloc(ns * tl.nbuckets + 1, sizeof *vals);
     for (size_t i = 0; i < r->npoints; i++) {
         const struct vpoint *p = &r->points[i];
@@ -1153,9 +1238,11 @@ static void page_over_time(FILE *f, struct report *r)
         free(names[i]);
 }
 
-/* The background audit's passes over time: the keyspace by state at the
- * last pass of each time bucket (a gauge: the last pass counts, not a sum). */
-static void page_audit(FILE *f, const struct report *r)
+/* The background audit's passes over time, bucket by bucket: each bucket
+ * shows its last pass (a gauge: the last pass counts, not a sum). Returns
+ * last[b] = 1 + the index of bucket b's last pass (0: none) and sets *latest
+ * to the bucket of the latest pass; NULL when no pass has a readable ts. */
+static size_t *audit_buckets(const struct report *r, struct html_timeline *tl, size_t *latest)
 {
     int64_t first = INT64_MAX, last = INT64_MIN;
     for (size_t i = 0; i < r->npasses; i++) {
@@ -1165,34 +1252,143 @@ static void page_audit(FILE *f, const struct report *r)
         last = r->passes[i].ms > last ? r->passes[i].ms : last;
     }
     if (first > last)
-        return;
-    struct html_timeline tl = { 0, 1000, 0 };
-    html_timeline_for(&tl, first, last, PAGE_BUCKETS);
-    uint64_t *vals = xcalloc(4 * tl.nbuckets + 1, sizeof *vals);
-    int64_t *at = xcalloc(tl.nbuckets + 1, sizeof *at);
+        return NULL;
+    html_timeline_for(tl, first, last, PAGE_BUCKETS);
+    size_t *at = xcalloc(tl->nbuckets + 1, sizeof *at);
     for (size_t i = 0; i < r->npasses; i++) {
         const struct apass *a = &r->passes[i];
-        if (a->ms < 0)
-            continue;
-        size_t b = (size_t)((a->ms - tl.start_ms) / tl.step_ms);
-        if (at[b] > a->ms)
-            continue;
-        at[b] = a->ms;
-        for (int s = 0; s < 4; s++)
-            vals[(size_t)s * tl.nbuckets + b] = a->v[s];
+        size_t b = (size_t)((a->ms - tl->start_ms) / tl->step_ms);
+        if (a->ms >= 0 && (at[b] == 0 || r->passes[at[b] - 1].ms <= a->ms))
+            at[b] = i + 1;
     }
+    *latest = (size_t)((last - tl->start_ms) / tl->step_ms);
+    return at;
+}
+
+static void audit_states(FILE *f, const struct report *r, const struct html_timeline *tl,
+                         const size_t *at, size_t latest)
+{
+    uint64_t *vals = xcalloc(4 * tl->nbuckets + 1, sizeof *vals);
+    for (size_t b = 0; b < tl->nbuckets; b++)
+        for (int s = 0; at[b] && s < 4; s++)
+            vals[(size_t)s * tl->nbuckets + b] = r->passes[at[b] - 1].v[s];
     struct html_series s[4];
     for (int i = 0; i < 4; i++)
-        s[i] = (struct html_series){ apass_states[i], vals + (size_t)i * tl.nbuckets };
-    html_stacked_chart(f, "Keys by state at each background audit pass (audit_pass; the last "
-                       "pass of each bucket)", &tl, s, 4);
+        s[i] = (struct html_series){ apass_states[i], vals + (size_t)i * tl->nbuckets };
+    html_gauge_chart(f, "Keys by state at each background audit pass (audit_pass; the last "
+                     "pass of each bucket)", tl, s, 4, latest);
+    free(vals);
+}
+
+static void audit_leaks_by_rule(FILE *f, struct report *r, const struct html_timeline *tl,
+                                const size_t *at, size_t latest)
+{
+    char *names[PAGE_SERIES + 1] = { 0 };
+    struct html_series s[PAGE_SERIES + 1];
+    size_t ns = series_names(&r->audit_rules, 1, names);
+    uint64_t *vals = xcalloc(ns * tl->nbuckets + 1, sizeof *vals);
+    for (size_t b = 0; b < tl->nbuckets; b++) {
+        const struct apass *a = at[b] ? &r->passes[at[b] - 1] : NULL;
+        for (size_t i = 0; a != NULL && i < a->nrp; i++) {
+            const struct rpoint *p = &r->rpoints[a->rp0 + i];
+            vals[p->rule->tag * tl->nbuckets + b] += p->leaked;
+        }
+    }
+    for (size_t i = 0; i < ns; i++)
+        s[i] = (struct html_series){ names[i], vals + i * tl->nbuckets };
+    html_gauge_chart(f, "Leaked keys per rule at each background audit pass (the last pass "
+                     "of each bucket)", tl, s, ns, latest);
+    free(vals);
+    for (size_t i = 0; i < ns; i++)
+        free(names[i]);
+}
+
+/* Violations of a rule through the proxy, and the watcher's findings
+ * (action "observed"): what it stopped or recorded, and what bypassed it. */
+static void rule_violations(const struct report *r, struct slice rule, uint64_t *through,
+                            uint64_t *observed)
+{
+    *through = *observed = 0;
+    for (size_t i = 0; i < r->by_rule_action.cap; i++) {
+        const struct tally_entry *e = r->by_rule_action.slots[i];
+        if (e == NULL || slice_cmp(e->part[0], rule) != 0)
+            continue;
+        if (slice_cmp(e->part[1], lit("observed")) == 0)
+            *observed += e->n;
+        else
+            *through += e->n;
+    }
+}
+
+static void rule_row(struct html_table *t, const struct report *r, struct slice rule,
+                     const struct rpoint *p, int bytes)
+{
+    uint64_t through, observed;
+    rule_violations(r, rule, &through, &observed);
+    cell_bytes(t, "", rule, "");
+    if (p != NULL)
+        html_cell(t, "%llu", (unsigned long long)p->leaked);
+    else
+        html_cell(t, "-");
+    if (p != NULL && p->change_known)
+        html_cell(t, "%+lld", p->change);
+    else
+        html_cell(t, "-");
+    if (bytes && p != NULL && p->bytes >= 0)
+        html_cell(t, "%lld", p->bytes);
+    else if (bytes)
+        html_cell(t, "-");
+    html_cell(t, "%llu", (unsigned long long)through);
+    html_cell(t, "%llu", (unsigned long long)observed);
+}
+
+/* Per rule: its leaked keys (and bytes, where sampled) at the latest pass
+ * next to its violations and watcher findings; then the rules with
+ * violations that pass did not name. */
+static void audit_rules_table(FILE *f, const struct report *r)
+{
+    static const char *const head[] = { "rule", "leaked (last pass)", "change",
+                                        "violations (through the proxy)", "watcher findings" };
+    static const char *const bhead[] = { "rule", "leaked (last pass)", "change", "leaked bytes",
+                                         "violations (through the proxy)", "watcher findings" };
+    const struct apass *a = &r->passes[r->npasses - 1];
+    const struct rpoint *rp = r->rpoints + a->rp0;
+    int bytes = 0;
+    for (size_t i = 0; i < a->nrp; i++)
+        bytes |= rp[i].bytes >= 0;
+    struct html_table t;
+    html_table_begin(&t, f, bytes ? "lrrrrr" : "lrrrr", bytes ? bhead : head);
+    for (size_t i = 0; i < a->nrp; i++)
+        rule_row(&t, r, rp[i].rule->part[0], &rp[i], bytes);
+    struct tally_entry **v = tally_sorted(&r->by_rule);
+    for (size_t k = 0; k < r->by_rule.n; k++) {
+        size_t i = 0;
+        while (i < a->nrp && slice_cmp(rp[i].rule->part[0], v[k]->part[0]) != 0)
+            i++;
+        if (i == a->nrp)
+            rule_row(&t, r, v[k]->part[0], NULL, bytes);
+    }
+    free(v);
+    html_table_end(&t);
+}
+
+static void page_audit(FILE *f, struct report *r)
+{
+    struct html_timeline tl = { 0, 1000, 0 };
+    size_t latest;
+    size_t *at = audit_buckets(r, &tl, &latest);
+    html_section(f, "Background audit");
+    if (at != NULL) {
+        audit_states(f, r, &tl, at, latest);
+        audit_leaks_by_rule(f, r, &tl, at, latest);
+    }
     const struct apass *a = &r->passes[r->npasses - 1];
     char change[64] = "";
     if (a->change_known)
         snprintf(change, sizeof change, " (%+lld since the pass before)", a->leaked_change);
     html_para(f, "note", "%zu passes; the last: %llu keys, %llu leaked%s", r->npasses,
               (unsigned long long)a->keys, (unsigned long long)a->v[0], change);
-    free(vals);
+    audit_rules_table(f, r);
     free(at);
 }
 
@@ -1351,6 +1547,11 @@ static void report_free(struct report *r)
     tally_free(&r->by_rule_action);
     free(r->points);
     free(r->passes);
+    free(r->rpoints);
+    tally_free(&r->audit_rules);
+    if (r->item != NULL)
+        jobj_free(r->item);
+    free(r->item);
     tally_free(&r->durable);
     tally_free(&r->keys);
     tally_free(&r->unverified);

@@ -17,6 +17,9 @@ databases:
     audit_resumed), /healthz stays 200;
   - Redis loading (DEBUG RELOAD slowed by key-load-delay) pauses it, and the
     batches refused with -LOADING are asked again, not counted as gone;
+  - SCAN refused for good (an ACL without it): a line on /healthz (still
+    200) and one warning until it is allowed; a server that does not answer
+    (CLIENT PAUSE) past the reply timeout: a line on /healthz, a reconnect;
   - cluster = on, against a real 6-node cluster (cluster_util): every primary
     read once (and no replica), totals over the cluster, `nodes` in the
     event; a primary killed mid-pass starts the pass over on the promoted
@@ -24,6 +27,7 @@ databases:
   - off by default: no ttlguard_audit_* families.
 """
 
+import html as htmllib
 import json
 import os
 import re
@@ -86,13 +90,13 @@ def fill(redis_srv):
         assert c.cmd("DBSIZE") == TOTAL - 500
 
 
-def start(make_proxy, redis_srv, tmp_path, **conf):
+def start(make_proxy, redis_srv, tmp_path, env=None, **conf):
     admin = harness.free_port()
     log = os.path.join(str(tmp_path), "events.log")
     c = {"admin": "127.0.0.1:%d" % admin, "events": log, "audit_interval": "1h",
          "audit_rate": "20000"}
     c.update(conf)
-    p = make_proxy(redis_srv, conf=c, sections=SECTIONS)
+    p = make_proxy(redis_srv, conf=c, sections=SECTIONS, env=env)
     return p, admin, log
 
 
@@ -175,7 +179,11 @@ def test_gauges_and_event_count_the_keyspace(redis_srv, make_proxy, tmp_path):
         html = f.read()
     assert "Keys by state at each background audit pass" in html
     assert re.search(r"2010 leaked \(\+(10|0) since the pass before\)", html)
-
+    # Leaked keys per rule over time, and the last pass's per rule in a table.
+    assert "Leaked keys per rule at each background audit pass" in html
+    text = " ".join(htmllib.unescape(re.sub(r"<[^>]+>", " ", html)).split())
+    for row in (r"%s 1710 \+(10|0) 0 0" % re.escape(S), r"%s 300 \+0 0 0" % re.escape(LG)):
+        assert re.search(row, text), (row, text[-1000:])
 
 def write_commands(port, names):
     """The names COMMAND INFO flags as writes."""
@@ -286,6 +294,78 @@ def test_memory_near_maxmemory_pauses(redis_srv, make_proxy, tmp_path):
          for k, v in series(m, "ttlguard_audit_bytes").items()}
     assert b[(S, "leaked")] > 1700 * 16 and b[(LG, "leaked")] > 0
     assert b[(LG, "expiring")] == 0
+
+
+def health(admin):
+    status, _, body = get(admin, "/healthz")
+    return status, body.decode()
+
+
+def audit_events(log):
+    with open(log) as f:
+        return [e["event"] for e in map(json.loads, f) if e["event"].startswith("audit")]
+
+
+def test_scan_refused_shows_on_healthz_until_allowed(redis_srv, make_proxy, tmp_path):
+    """The proxy's backend user may not SCAN (an ACL): /healthz stays 200 and
+    says so on a line of its own, logged once (the INFO read before each retry,
+    every 10 s, does not clear it); no pass ends, no audit event is written
+    (the refusal is not a pause: nothing to resume from INFO). Allowed again,
+    the next retry walks the keyspace and the line goes."""
+    fill(redis_srv)
+    with Conn(redis_srv.port) as c:
+        assert c.cmd("ACL", "SETUSER", "auditor", "on", ">pw", "~*", "&*", "+@all",
+                     "-scan") == b"OK"
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_interval="1",
+                          backend_username="auditor", backend_password="pw")
+    line = ("audit: SCAN refused by 127.0.0.1:%d: NOPERM this user has no permissions to run "
+            "the 'scan' command" % redis_srv.port)
+    wait_for(lambda: line in health(admin)[1], harness.slow(5), "the refusal on /healthz")
+    assert health(admin) == (200, "ok\n" + line + "\n")
+
+    def denied():       # Redis's own count of the SCANs it refused the proxy
+        with Conn(redis_srv.port) as c:
+            log_ = c.cmd("ACL", "LOG")
+        return sum(int(dict(zip(e[0::2], e[1::2]))[b"count"]) for e in log_
+                   if dict(zip(e[0::2], e[1::2]))[b"object"] == b"scan")
+    wait_for(lambda: denied() >= 2, harness.slow(15), "a 2nd SCAN, 10 s later")
+    assert health(admin) == (200, "ok\n" + line + "\n")
+    assert p.stderr().count("audit: SCAN refused") == 1, p.stderr()
+    m = scrape(admin)
+    assert value(m, "ttlguard_audit_passes_total") == 0
+    assert value(m, "ttlguard_audit_keys_read_total") == 0
+    assert audit_events(log) == []
+
+    with Conn(redis_srv.port) as c:
+        assert c.cmd("ACL", "SETUSER", "auditor", "+scan") == b"OK"
+    m = wait_passes(admin, 1, 15)
+    assert keys_gauges(m) == EXPECTED
+    assert health(admin) == (200, "ok\n")
+    assert audit_events(log) == ["audit_pass"]
+
+
+def test_unanswered_command_reconnects(redis_srv, make_proxy, tmp_path):
+    """A server that takes a command and does not answer (CLIENT PAUSE):
+    after the reply timeout (60 s; TTLG_AUDIT_REPLY_MAX_MS = 1000 here) the
+    audit says so on /healthz and in the log, drops the connection, and once
+    the server answers again the line goes and passes go on."""
+    fill(redis_srv)
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_interval="1",
+                          env={"TTLG_AUDIT_REPLY_MAX_MS": "1000"})
+    wait_passes(admin, 1, 20)
+    with Conn(redis_srv.port) as c:
+        assert c.cmd("CLIENT", "PAUSE", str(int(harness.slow(4) * 1000)), "ALL") == b"OK"
+    line = "audit: 127.0.0.1:%d did not answer in 1 s: reconnecting" % redis_srv.port
+    status, text = wait_for(lambda: (lambda h: h if line in h[1] else None)(health(admin)),
+                            harness.slow(4), "the timeout on /healthz")
+    # /healthz's own PING waits too: 503 for the backend, the audit's line after it.
+    assert status == 503 and text.endswith("\n" + line + "\n"), text
+    assert line in p.stderr()
+    n = value(scrape(admin), "ttlguard_audit_passes_total")
+    m = wait_passes(admin, n + 1, 20)
+    assert keys_gauges(m) == EXPECTED
+    wait_for(lambda: health(admin) == (200, "ok\n"), harness.slow(5), "a clean /healthz")
+    assert p.stderr().count("did not answer") >= 1     # again while the pause lasts
 
 
 def test_loading_pauses(redis_srv, make_proxy, tmp_path):

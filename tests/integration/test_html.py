@@ -114,6 +114,7 @@ def data(tmp_path_factory):
                 "--html", d["audit_html"])
         assert r.returncode == 1, r.stderr                  # leaked keys found
         d["audit"] = json.loads(r.stdout)
+        d["leaks_html"] = leaks_page(tmp)
         yield d
     finally:
         proxy.stop()
@@ -322,6 +323,76 @@ def test_report_html_to_stdout_and_bad_path(data, tmp_path):
     assert r.stdout == b"" and b"--html" in r.stderr
 
 
+S, C, X, D = 'ttl "s:"', 'ttl "c:"', 'ttl "x:"', 'durable "d:"'
+
+
+def audit_pass(ts, leaked, rules):
+    """An audit_pass line as the proxy writes it: totals, and per rule its
+    leaked keys (a durable rule has "registered" instead)."""
+    items = [{"rule": D, "prefix": "d:", "expiring": 0, "expiring_change": None,
+              "registered": 10, "registered_change": None}]
+    items += [{"rule": r, "prefix": r[5:-1], "leaked": v[0], "leaked_change": v[1], "expiring": 4,
+               "expiring_change": None} for r, v in rules.items()]
+    for item, v in zip(items[1:], rules.values()):
+        if len(v) > 2:                                  # audit_memory = on
+            item.update(leaked_bytes=v[2], expiring_bytes=64)
+    return {"ts": ts, "event": "audit_pass", "keys": 1000, "duration_ms": 20, "rate": 1000,
+            "dbs": [{"db": 0, "leaked": leaked}], "leaked": leaked, "leaked_change": None,
+            "expiring": 50, "registered": 10, "unregistered": 7, "rules": items,
+            "leaked_patterns": [{"pattern": "s:*", "rule": S, "keys": 1}],
+            "nodes": [{"node": "127.0.0.1:7000", "keys": 1000, "leaked": leaked}]}
+
+
+def violation(ts, rule, action, count):
+    return {"ts": ts, "event": "violation", "rule": rule, "command": "SET",
+            "effect": "found-without-ttl" if action == "observed" else "creates-without-ttl",
+            "action": action, "key": rule[5:-1] + "1", "count": count}
+
+
+def leaks_page(tmp):
+    """`report --html` of a log of background audit passes and violations
+    whose numbers are known."""
+    lines = [
+        audit_pass("2026-12-01T10:00:00.000Z", 30, {S: (20, None), C: (10, None)}),
+        audit_pass("2026-12-01T10:00:30.000Z", 31, {S: (21, 1), C: (10, 0)}),  # same bucket
+        violation("2026-12-01T10:30:00.000Z", S, "rewritten", 5),
+        violation("2026-12-01T10:31:00.000Z", S, "observed", 3),
+        violation("2026-12-01T10:32:00.000Z", X, "rejected", 2),
+        audit_pass("2026-12-01T11:00:00.000Z", 45, {S: (32, 11, 4096), C: (13, 3, 0)}),
+    ]
+    log = tmp / "audit-events.log"
+    log.write_text("".join(json.dumps(e) + "\n" for e in lines) + '{"not": "closed"\n')
+    out = tmp / "leaks.html"
+    r = run("report", "--html", str(out), str(log))
+    assert r.returncode == 0, r.stderr
+    return str(out)
+
+
+def test_report_leaks_per_rule_over_time(data):
+    """audit_pass's nested "rules" read back: leaked keys per rule at each
+    pass (a gauge: a bucket shows its last pass, the legend the latest
+    value), next to each rule's violations and watcher findings."""
+    page = Page(data["leaks_html"])
+    assert_self_contained(page)
+
+    per_rule = page.figure("Leaked keys per rule at each background audit pass")
+    assert per_rule["svgs"] == 1
+    assert per_rule["legend"] == ['%s 32' % S, '%s 13' % C]     # the latest pass, not a sum
+    bars = sorted(t.replace(" UTC", "") for t in per_rule["titles"])
+    assert bars == sorted(["%s, 2026-12-01 10:00:00: 21" % S, "%s, 2026-12-01 10:00:00: 10" % C,
+                           "%s, 2026-12-01 11:00:00: 32" % S, "%s, 2026-12-01 11:00:00: 13" % C]), bars
+    states = page.figure("Keys by state at each background audit pass")
+    assert states["legend"] == ["leaked 45", "expiring 50", "registered 10", "unregistered 7"]
+
+    assert page.rows(["rule", "leaked (last pass)", "change", "leaked bytes",
+                      "violations (through the proxy)", "watcher findings"]) == [
+        [S, "32", "+11", "4096", "5", "3"], [C, "13", "+3", "0", "0", "0"],
+        [X, "-", "-", "-", "2", "0"]]
+    assert "3 passes; the last: 1000 keys, 45 leaked" in page.paras
+    # The same counts as the bars by rule: violations and findings together.
+    assert page.bars("Violations by rule") == [(S, "8"), (X, "2")]
+
+
 # --------------------------------------------------------------------------
 # audit --html
 # --------------------------------------------------------------------------
@@ -465,7 +536,7 @@ def png_checks(path, width):
         assert near > 500, "no bars in %s on the screenshot (%d pixels)" % (color, near)
 
 
-@pytest.mark.parametrize("which", ["report_html", "audit_html"])
+@pytest.mark.parametrize("which", ["report_html", "audit_html", "leaks_html"])
 def test_page_renders_in_chromium(data, which):
     exe = chromium()
     png = str(data["dir"] / (which + ".png"))
