@@ -335,9 +335,8 @@ void mux_shutdown(void)
         mux_fail(mux_list, "shutting down", 1, 0);
 }
 
-void mux_backend_changed(int lost)
+void mux_backend_changed(void)
 {
     while (mux_list != NULL)
-        mux_fail(mux_list, lost ? "the primary moved (Sentinel switch)"
-                                : "backend address changed by a reload", 1, lost);
+        mux_fail(mux_list, "backend address changed by a reload", 1, 0);
 }
