@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <netdb.h>
 
 #include "admin.h"
 #include "audit_bg.h"
@@ -163,11 +162,6 @@ static int backend_is_self(const struct addr *listen, const struct addr *backend
     return 1;
 }
 
-static int same_text(const char *a, const char *b)
-{
-    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /* The node listeners are made at start from these. */
 static int cluster_changed(const struct config *old, const struct config *cfg)
 {
@@ -175,9 +169,9 @@ static int cluster_changed(const struct config *old, const struct config *cfg)
         return 0;
     return old->cluster != cfg->cluster || old->cluster_port_min != cfg->cluster_port_min ||
            old->cluster_port_max != cfg->cluster_port_max ||
-           !same_text(old->cluster_announce, cfg->cluster_announce) ||
-           !same_text(old->backend, cfg->backend) ||
-           !same_text(old->backend_seeds, cfg->backend_seeds) ||
+           !text_eq(old->cluster_announce, cfg->cluster_announce) ||
+           !text_eq(old->backend, cfg->backend) ||
+           !text_eq(old->backend_seeds, cfg->backend_seeds) ||
            old->backend_tls != cfg->backend_tls ||
            (old->tls_listen == NULL) != (cfg->tls_listen == NULL);
 }
@@ -188,7 +182,7 @@ static int backend_tls_changed(const struct config *old, const struct config *cf
 {
     return old->backend_tls != cfg->backend_tls ||
            old->backend_tls_verify != cfg->backend_tls_verify ||
-           !same_text(old->backend_tls_server_name, cfg->backend_tls_server_name);
+           !text_eq(old->backend_tls_server_name, cfg->backend_tls_server_name);
 }
 
 /* A listener to where a reloaded config wants it: moved, opened or closed.

@@ -27,16 +27,11 @@
 #include "session_int.h"
 #include "util.h"
 
-static int same_text(const char *a, const char *b)
-{
-    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /* Is u's backend login the one s's connection has? */
 static int same_backend_login(const struct session *s, const struct auth_user *u)
 {
     const char *user = u->backend_password != NULL ? u->backend_username : NULL;
-    return same_text(user, s->be_user) && same_text(u->backend_password, s->be_pass);
+    return text_eq(user, s->be_user) && text_eq(u->backend_password, s->be_pass);
 }
 
 static void set_backend_login(struct session *s, const struct auth_user *u)

@@ -386,3 +386,8 @@ int hex_digit_value(char c)
         return c - 'A' + 10;
     return -1;
 }
+
+int text_eq(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}

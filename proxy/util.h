@@ -102,6 +102,9 @@ char *xmemdup(const void *p, size_t n);   /* NUL-terminated copy of n bytes */
 /* Case-insensitive compare of a slice with a NUL-terminated ASCII word. */
 int slice_eq_nocase(struct slice s, const char *word);
 
+/* Two optional strings are the same: both NULL, or equal. */
+int text_eq(const char *a, const char *b);
+
 /* Parse a whole slice as a signed decimal integer as redis does (string2ll).
  * Returns 0 on success, -1 when not an integer or out of range. */
 int slice_to_ll(struct slice s, long long *out);
