@@ -682,8 +682,11 @@ static void wake_waiters(void)
 
 /* ---- reading the topology ------------------------------------------------------- */
 
-/* One node of a CLUSTER SHARDS reply (a flat key-value array in RESP2). */
-static void learn_shard_node(struct rv *node, int shard_has_slots)
+/* One node of a CLUSTER SHARDS reply (a flat key-value array in RESP2).
+ * served: the shard's slots have an online primary, so a failed node still
+ * called master there (Redis 8.0 keeps the flag of a primary replaced by a
+ * failover) does not own them. */
+static void learn_shard_node(struct rv *node, int shard_has_slots, int served)
 {
     struct rv *role = rv_get(node, "role"), *health = rv_get(node, "health");
     struct node_ref r = shard_node_ref(node);
@@ -693,7 +696,19 @@ static void learn_shard_node(struct rv *node, int shard_has_slots)
     c->seen = 1;
     c->healthy = health == NULL || rv_is(health, "online");
     c->primary = role != NULL && rv_is(role, "master");
-    c->owns_slots = c->primary && shard_has_slots;
+    c->owns_slots = c->primary && shard_has_slots && (c->healthy || !served);
+}
+
+/* Has a shard's node list an online primary? */
+static int shard_served(struct rv *nodes)
+{
+    for (size_t j = 0; nodes != NULL && nodes->type == '*' && j < nodes->n; j++) {
+        struct rv *role = rv_get(&nodes->el[j], "role");
+        struct rv *health = rv_get(&nodes->el[j], "health");
+        if (role != NULL && rv_is(role, "master") && (health == NULL || rv_is(health, "online")))
+            return 1;
+    }
+    return 0;
 }
 
 /* CLUSTER SLOTS (servers without SHARDS): the nodes that serve slots. */
@@ -742,8 +757,9 @@ static void learn_topology(const char *p, size_t n)
             struct rv *nodes = rv_get(&t.root->el[i], "nodes");
             struct rv *slots = rv_get(&t.root->el[i], "slots");
             int has_slots = slots != NULL && slots->type == '*' && slots->n > 0;
+            int served = shard_served(nodes);
             for (size_t j = 0; nodes != NULL && nodes->type == '*' && j < nodes->n; j++)
-                learn_shard_node(&nodes->el[j], has_slots);
+                learn_shard_node(&nodes->el[j], has_slots, served);
         }
     }
     rv_free(&t);
