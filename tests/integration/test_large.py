@@ -130,22 +130,43 @@ def test_options_after_a_streamed_value(redis_srv, make_proxy, mux):
         assert c.replies(2, timeout=20) == [b"old", 100]
 
 
+def outcome(conn, seconds):
+    """(bytes, closed): what the peer sent within `seconds`, and whether it
+    closed the connection."""
+    out, deadline = bytearray(), time.monotonic() + harness.slow(seconds)
+    while time.monotonic() < deadline:
+        conn.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data = conn.sock.recv(1 << 16)
+        except socket.timeout:
+            break
+        if not data:
+            return bytes(out), True
+        out += data
+    return bytes(out), False
+
+
 @pytest.mark.parametrize("mux", MODES)
 def test_a_protocol_error_after_a_streamed_value(redis_srv, make_proxy, mux):
     """A bad header after the large argument, once the start went on: the
-    client gets the error Redis gives for the same bytes, and is closed;
+    client gets what Redis gives for the same bytes (Redis 7.0 to 8.0 and
+    Valkey: the protocol error, then the connection closes; Redis 8.6 drops
+    an error found after a partial read and answers nothing, redis#15795);
     Redis ran nothing."""
     p = make_proxy(redis_srv, {"multiplex": mux})
     value = b"w" * (256 * 1024)
     head = b"*4\r\n$3\r\nSET\r\n$3\r\nbad\r\n$%d\r\n" % len(value)
     with Conn(redis_srv.port) as direct:
-        direct.send(head + value + b"\r\n:1\r\n")
-        want = direct.read_until_eof(timeout=10)
+        direct.send(head + value[:1000])
+        time.sleep(0.1)
+        direct.send(value[1000:] + b"\r\n:1\r\n")
+        want = outcome(direct, 3)
     with Conn(p.port) as c:
         c.send(head + value[:1000])
         wait_qbuf(redis_srv.port, 1000)
         c.send(value[1000:] + b"\r\n:1\r\n")
-        assert c.read_until_eof(timeout=10) == want
-    assert want.startswith(b"-ERR Protocol error: expected '$', got ':'")
+        assert outcome(c, 3) == want
+    if want[1]:
+        assert want[0].startswith(b"-ERR Protocol error: expected '$', got ':'"), want
     with Conn(redis_srv.port) as r:
         assert r.cmd("EXISTS", "bad") == 0
