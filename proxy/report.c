@@ -1352,7 +1352,7 @@ static void audit_rules_table(FILE *f, const struct report *r)
     static const char *const bhead[] = { "rule", "leaked (last pass)", "change", "leaked bytes",
                                          "violations (through the proxy)", "watcher findings" };
     const struct apass *a = &r->passes[r->npasses - 1];
-    const struct rpoint *rp = r->rpoints + a->rp0;
+    const struct rpoint *rp = a->nrp > 0 ? &r->rpoints[a->rp0] : NULL;  /* none: no array */
     int bytes = 0;
     for (size_t i = 0; i < a->nrp; i++)
         bytes |= rp[i].bytes >= 0;
