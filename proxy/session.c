@@ -1049,14 +1049,13 @@ static int only_forwarded(enum cmd_id id)
 
 /* No rule can judge the request: rules are off, or every key it names lies
  * before its large argument and none is under a rule (the default allows). */
-static int outside_rules(const struct session *s, const struct request *req)
+static int outside_rules(const struct session *s, const struct request *req,
+                         const struct cmd_info *ci)
 {
     const struct config *cfg = s->ctx->cfg;
     if (policy_inactive(cfg))
         return 1;
-    const struct cmd_info *ci = command_resolve(control_facts()->commands, req->argv[0].p,
-                                                req->argv[0].len);
-    if (ci == NULL || (ci->feat & FT_NEWER) || cfg->rules.dflt.action != ACTION_ALLOW)
+    if ((ci->feat & FT_NEWER) || cfg->rules.dflt.action != ACTION_ALLOW)
         return 0;
     struct key_ref keys[16];
     if (req->argc > 16)
@@ -1086,7 +1085,7 @@ static enum handled stream_head(struct session *s, const struct request *req)
                                                 req->argv[0].len);
     if (ci == NULL || !only_forwarded(ci->id) || s->unauth || s->replica ||
         s->monitor || (s->ttlg_auth && !s->authed) || s->nchan + s->npat + s->nshard > 0 ||
-        s->sub_unsure > 0 || s->pushes || !outside_rules(s, req))
+        s->sub_unsure > 0 || s->pushes || !outside_rules(s, req, ci))
         return HR_HOLD;
     if (s->mode == SM_SHARED) {
         s->stateful = 1;

@@ -20,6 +20,7 @@ key through the old owner's proxy port names the new owner's proxy port.
 The figures (requests, wrong replies, errors, direct vs through) are printed.
 """
 
+import contextlib
 import time
 
 import pytest
@@ -99,39 +100,37 @@ def check_moved(cluster, proxy, keys, src, dst, lo, hi):
     assert r.endswith(b"%s:%d" % (ANNOUNCE.encode(), ports[dst["id"]])), (r, ports)
 
 
-def test_atomic_slot_migration_under_load(tmp_path):
+@contextlib.contextmanager
+def cluster_through_proxy(tmp_path, name):
+    """A cluster of its own and ttlguard in front of it, with the rule:
+    (cluster, proxy, the first primary, the second); ttlguard must exit 0."""
     harness.need_binary()
-    kind = atomic_kind()
-    cluster = Cluster(tmp_path / "atomic").start()
+    cluster = Cluster(tmp_path / name).start()
     proxy = None
     try:
         proxy = ClusterProxy(tmp_path, cluster, sections=RULE)
         proxy.start(expect=b"+PONG")
         src, dst = cluster.primaries()[0], cluster.primaries()[1]
+        yield cluster, proxy, src, dst
+    finally:
+        if proxy is not None:
+            assert proxy.stop() == 0, proxy.stderr()
+        cluster.stop()
+
+
+def test_atomic_slot_migration_under_load(tmp_path):
+    kind = atomic_kind()
+    with cluster_through_proxy(tmp_path, "atomic") as (cluster, proxy, src, dst):
         lo = src["slots"][0][0]
         hi = lo + NSLOTS - 1
         keys = run_under_load(cluster, proxy,
                               lambda: atomic_move(cluster, src, dst, lo, hi, kind))
         check_moved(cluster, proxy, keys, src, dst, lo, hi)
-    finally:
-        if proxy is not None:
-            assert proxy.stop() == 0, proxy.stderr()
-        cluster.stop()
 
 
 def test_classic_reshard_under_load(tmp_path):
-    harness.need_binary()
-    cluster = Cluster(tmp_path / "classic").start()
-    proxy = None
-    try:
-        proxy = ClusterProxy(tmp_path, cluster, sections=RULE)
-        proxy.start(expect=b"+PONG")
-        src, dst = cluster.primaries()[0], cluster.primaries()[1]
+    with cluster_through_proxy(tmp_path, "classic") as (cluster, proxy, src, dst):
         moved = []
         keys = run_under_load(cluster, proxy,
                               lambda: moved.extend(cluster.reshard(src["id"], dst["id"], NSLOTS)))
         check_moved(cluster, proxy, keys, src, dst, min(moved), max(moved))
-    finally:
-        if proxy is not None:
-            assert proxy.stop() == 0, proxy.stderr()
-        cluster.stop()
