@@ -4,9 +4,10 @@
 # redis-server processes (the harness starts them on free loopback ports) in
 # both connection modes, then the integration suite once more per other
 # server ttlguard supports -- Redis 8.0, Redis 8.6, Valkey 8.1 and Valkey 9.1, built and
-# cached by tests/servers.sh (release build, shared connections, about 5
+# cached by tests/servers.sh (release build, shared connections, about 6
 # minutes each; a server that cannot be fetched or built fails the run; every
-# server is built with TLS, so the TLS tests run against each), then Redis's
+# server is built with TLS, so the TLS tests run against each); those
+# integration passes run two at a time (integration_start), then Redis's
 # own test suite directly and through ttlguard in both connection modes,
 # compared unit by unit (tests/redis-suite/run.sh --compare-direct), then real
 # client libraries (tests/clients/run.sh: ioredis, node-redis, python3-redis,
@@ -111,7 +112,54 @@ step() {
     [ -z "$skips" ] || summary+=("$skips")
 }
 
-run_pass() {
+# A step whose command ran in the background: its output (file $1) and status ($2).
+replay() {
+    cat "$1"
+    return "$2"
+}
+
+# The integration tests, started in the background under a label, with
+# environment settings: a backend connection per client
+# (TTLG_PROXY_CONF=multiplex=off; the default shares them), or another server
+# (TTLG_REDIS_SERVER: the harness starts it instead of redis-server).
+# integration_start NAME DIR LABEL [--ignore=FILE ...] [VAR=VALUE ...].
+# integration_wait waits for those started, each a step with its output.
+# Two passes run at once: a pass mostly waits (on servers, timeouts, its own
+# sleeps), so two take about the time of one on 2 cores; each starts its
+# servers and proxies on ports of its own (harness.free_port(),
+# cluster_util.reserve_port_range()).
+bg_pids=()
+bg_logs=()
+bg_labels=()
+integration_start() {
+    local name=$1 dir=$2 label=$3 ignore=() log
+    shift 3
+    while [ $# -gt 0 ] && [[ $1 == --ignore=* ]]; do ignore+=("$1"); shift; done
+    log=$(mktemp)
+    echo "== [$name] integration tests, $label: started"
+    env "$@" TTLG_BIN="$PWD/$dir/ttlguard" /usr/bin/python3 -m pytest -q -rs tests/integration \
+        "${ignore[@]}" "${pytest_args[@]}" >"$log" 2>&1 &
+    bg_pids+=("$!")
+    bg_logs+=("$log")
+    bg_labels+=("$name integration ($label)")
+}
+
+integration_wait() {
+    local i rc
+    for i in "${!bg_pids[@]}"; do
+        rc=0
+        wait "${bg_pids[$i]}" || rc=$?
+        echo "== ${bg_labels[$i]}"
+        step "${bg_labels[$i]}" pytest replay "${bg_logs[$i]}" "$rc"
+        rm -f "${bg_logs[$i]}"
+    done
+    bg_pids=()
+    bg_logs=()
+    bg_labels=()
+}
+
+# Build DIR with the cmake options given and run the unit tests.
+build_pass() {
     local name=$1 dir=$2; shift 2
     echo "== [$name] build ($dir)"
     # TTLG_TESTS=ON whatever an earlier configure of $dir said (the README's
@@ -120,24 +168,9 @@ run_pass() {
     cmake --build "$dir" -j "$jobs" >/dev/null
     echo "== [$name] unit tests"
     step "$name unit" ctest ctest --test-dir "$dir" --output-on-failure --no-tests=error
-    echo "== [$name] integration tests"
-    step "$name integration" pytest env TTLG_BIN="$PWD/$dir/ttlguard" \
-        /usr/bin/python3 -m pytest -q -rs tests/integration "${pytest_args[@]}"
 }
 
-# The integration tests again, under a label, with environment settings:
-# a backend connection per client (TTLG_PROXY_CONF=multiplex=off; the default
-# shares them), or another server (TTLG_REDIS_SERVER: the harness starts it
-# instead of redis-server). run_integration NAME DIR LABEL [--ignore=FILE ...]
-# [VAR=VALUE ...].
-run_integration() {
-    local name=$1 dir=$2 label=$3 ignore=()
-    shift 3
-    while [ $# -gt 0 ] && [[ $1 == --ignore=* ]]; do ignore+=("$1"); shift; done
-    echo "== [$name] integration tests, $label"
-    step "$name integration ($label)" pytest env "$@" TTLG_BIN="$PWD/$dir/ttlguard" \
-        /usr/bin/python3 -m pytest -q -rs tests/integration "${ignore[@]}" "${pytest_args[@]}"
-}
+redis7=$(redis-server --version | sed -E 's/.* v=([0-9.]+).*/Redis \1/')
 
 # What the other servers' passes leave out: the proxy's own output (its event
 # log, /metrics, the HTML report) and its own memory bounds, the same whatever
@@ -148,12 +181,15 @@ server_independent=(--ignore=tests/integration/test_events.py
                     --ignore=tests/integration/test_html.py
                     --ignore=tests/integration/test_bounded.py)
 
-run_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-# test_difffuzz.py fuzzes 30 s per mode in the first pass; the passes after
-# it fuzz 10 s per mode (the 1:1 pass only the 1:1 modes).
-# test_auth.py sets multiplex itself, in both modes: the release pass ran it.
-run_integration release build 1:1 --ignore=tests/integration/test_auth.py \
+# Redis 7.0 in both connection modes at once. test_difffuzz.py fuzzes 30 s
+# per mode in the shared pass, 10 s per mode in every other (the 1:1 pass
+# only the 1:1 modes); test_auth.py sets multiplex itself, in both modes: the
+# shared pass runs it.
+build_pass release build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+integration_start release build "$redis7"
+integration_start release build "$redis7, 1:1" --ignore=tests/integration/test_auth.py \
     TTLG_PROXY_CONF=multiplex=off TTLG_DIFFFUZZ_SECONDS=10
+integration_wait
 # servers.sh prints "NAME VERSION PATH" per server it has; a server it cannot
 # fetch or build makes it exit 1, and the run fails (the others still run).
 other_servers=(redis-8.0 redis-8.6 valkey-8.1 valkey-9.1)
@@ -163,9 +199,11 @@ servers=$(bash tests/servers.sh "${other_servers[@]}") || servers_rc=$?
 mapfile -t server_lines < <(grep . <<<"$servers" || true)
 for line in "${server_lines[@]}"; do
     read -r server version path <<<"$line"
-    run_integration release build "$server $version" "${server_independent[@]}" \
+    integration_start release build "$server $version" "${server_independent[@]}" \
         TTLG_REDIS_SERVER="$path" TTLG_DIFFFUZZ_SECONDS=10
+    [ "${#bg_pids[@]}" -lt 2 ] || integration_wait
 done
+integration_wait
 if [ "$servers_rc" -ne 0 ] || [ "${#server_lines[@]}" -ne "${#other_servers[@]}" ]; then
     echo "== [servers] tests/servers.sh failed (exit $servers_rc): not every server could be fetched or built" >&2
     failed=1
@@ -228,9 +266,12 @@ if [ "$fuzz_ok" -eq 1 ]; then summary+=("fuzz harnesses: ok"); else failed=1; su
 if [ "$asan" -eq 1 ]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TTLG_SANITIZED=1 TTLG_DIFFFUZZ_SECONDS=10
-    run_pass asan build-asan -DCMAKE_BUILD_TYPE=Debug -DTTLG_SANITIZE=ON
+    build_pass asan build-asan -DCMAKE_BUILD_TYPE=Debug -DTTLG_SANITIZE=ON
+    integration_start asan build-asan "$redis7"
+    integration_wait
 fi
 
 echo
 printf '%s\n' "${summary[@]}"
+echo "took $((SECONDS / 60)) min $((SECONDS % 60)) s"
 exit $failed

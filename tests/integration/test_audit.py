@@ -15,8 +15,8 @@ connection in CLIENT LIST (name ttlguard-audit, cmd=scan or cmd=type).
 Environment: TTLG_BIN (the binary, default build/ttlguard), TTLG_REDIS_PORT
 (a redis-server to use for the single-server tests; only databases 9-12 are
 touched, each flushed first; it must allow DEBUG from localhost, for
-DEBUG SET-ACTIVE-EXPIRE). Servers this file starts listen on free ports in
-7300-7349. The fake servers of the protocol-error cases too.
+DEBUG SET-ACTIVE-EXPIRE). Servers this file starts, and the fake servers of
+the protocol-error cases, listen on free loopback ports (harness.free_port()).
 """
 
 import json
@@ -36,7 +36,6 @@ import harness
 from harness import RedisServer
 
 AUDIT_NAME = "ttlguard-audit"
-PORTS = range(7300, 7350)
 
 CONFIG = r"""
 [proxy]
@@ -69,28 +68,9 @@ UUIDS = ["550e8400-e29b-41d4-a716-446655440000",
 # servers, binary, running the audit
 # --------------------------------------------------------------------------
 
-def _port_free(port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", port))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
 def start_redis(tmp_path, extra=(), name="redis"):
-    """A redis-server of our own on a free port of this file's range."""
-    last = None
-    for port in PORTS:
-        if not _port_free(port):
-            continue
-        try:
-            return RedisServer(tmp_path, extra, port=port, name=name).start()
-        except RuntimeError as e:   # lost a race for the port
-            last = e
-    raise RuntimeError("no free port in 7300-7349 for redis-server: %s" % last)
+    """A redis-server of our own on a free loopback port."""
+    return RedisServer(tmp_path, extra, name=name).start()
 
 
 @pytest.fixture(scope="module")
@@ -637,12 +617,7 @@ class FakeRedis:
     def __init__(self, replies):
         self.replies = replies          # command name -> raw reply bytes
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        for port in PORTS:
-            try:
-                self.sock.bind(("127.0.0.1", port))
-                break
-            except OSError:
-                continue
+        self.sock.bind(("127.0.0.1", harness.free_port()))
         self.port = self.sock.getsockname()[1]
         self.sock.listen(1)
         self.sock.settimeout(harness.slow(10))
