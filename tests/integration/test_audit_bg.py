@@ -178,6 +178,10 @@ def test_gauges_and_event_count_the_keyspace(redis_srv, make_proxy, tmp_path):
     # (+0 when a third pass, a second later, ended before the report ran)
     assert re.search(rb"Background audit: \d+ passes; the last: 3010 keys, 2010 leaked "
                      rb"\(\+(10|0) since", out.stdout), out.stdout
+    # ...and per rule: its states at the last pass, each with its change.
+    assert re.search(rb'\n  ttl "s:" +1710 \(\+(10|0)\) +400 \(\+0\) +- +-\n', out.stdout), \
+        out.stdout
+    assert re.search(rb'\n  durable "du:" +- +50 \(\+0\) +250 \(\+0\) +-\n', out.stdout)
     page = os.path.join(str(tmp_path), "report.html")
     subprocess.run([harness.TTLG_BIN, "report", "--html", page, log], check=True, timeout=60)
     with open(page) as f:
