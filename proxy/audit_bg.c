@@ -1168,7 +1168,7 @@ static int from_apply(const struct config *cfg)
     addr_format(&ad, name, sizeof name);
     if (!changed && strcmp(name, a.from_t.name) == 0)
         return 0;
-    target_set(&a.from_t, a.ctx, &ad, 0);
+    target_set(&a.from_t, a.ctx, &ad, 1);     /* at start and reload, as the backend */
     return 1;
 }
 
