@@ -435,6 +435,20 @@ def test_audit_from_a_replica_of_the_backend(redis_srv, make_redis, make_proxy, 
     assert {"scan", "pttl"} <= commandstats(replica.port)
     assert not {"scan", "pttl"} & commandstats(redis_srv.port)
 
+    # A reload back to the primary starts the pass over there.
+    with open(p.config_path) as f:
+        text = f.read()
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("audit_from = %s\n" % where, "")
+                .replace("audit_interval = 1h", "audit_interval = 1"))
+    p.send_signal(signal.SIGHUP)
+    wait_for(lambda: "audit: audit_from changed: the pass starts over" in p.stderr(),
+             harness.slow(5), "the pass to start over")
+    wait_passes(admin, 2, 30)
+    e2 = wait_for(lambda: events(log, "audit_pass")[1:], harness.slow(5), "a 2nd audit_pass")[0]
+    assert "from" not in e2 and e2["keys"] == TOTAL
+    assert {"scan", "pttl"} <= commandstats(redis_srv.port)
+
 
 def test_off_by_default(redis_srv, make_proxy):
     admin = harness.free_port()
