@@ -12,6 +12,7 @@
 #include "audit_report.h"
 #include "backend.h"
 #include "cluster.h"
+#include "config.h"
 #include "events.h"
 #include "rules.h"
 #include "loop.h"
@@ -44,7 +45,7 @@ static const char *const state_names[ST__COUNT] = {
 
 /* What is in flight on the connection (one command at a time, after any
  * replies to skip). */
-enum phase { PH_NONE, PH_INFO, PH_SCAN, PH_KEYS };
+enum phase { PH_NONE, PH_INFO, PH_READONLY, PH_SCAN, PH_KEYS };
 
 /* One rule in a finished pass: copies, so a reload cannot pull them away. */
 struct rule_result {
@@ -84,10 +85,13 @@ struct db_tally {
     uint64_t fixable;                   /* ...whose rule has a ttl to give */
 };
 
-/* One server of the pass: the backend, or a primary of the cluster. */
+/* One server of the pass: the backend (or audit_from's server), or a node
+ * of the cluster for each shard. */
 struct node_tally {
-    struct target *t;                   /* the backend, or cluster.c's node (lives until
-                                           cluster_free, after the loop) */
+    struct target *t;                   /* the backend, a.from, or cluster.c's node (lives
+                                           until cluster_free, after the loop) */
+    struct target *primary;             /* t is a replica (audit_from = replica): the primary
+                                           of its shard; else NULL */
     uint64_t keys, leaked;
 };
 
@@ -105,6 +109,7 @@ static struct abg {
     size_t owed, done;                  /* PH_KEYS: replies expected and read */
     char key_error[128];                /* PH_KEYS: the first error reply; "" none */
     int cur_db;                         /* SELECTed on the connection */
+    int readonly;                       /* READONLY answered on the connection */
     uint64_t hold_until;                /* monotonic ms: nothing is sent before (busy, refused) */
 
     /* The pass under way: servers, then databases, then the SCAN cursor. */
@@ -135,6 +140,9 @@ static struct abg {
 
     uint64_t passes, keys_read;
     struct pass_result last;
+
+    int from;                           /* enum audit_from of the pass (or the next one) */
+    struct target from_t;               /* audit_from = HOST:PORT: that server */
 } a;
 
 static void step(void);
@@ -273,7 +281,8 @@ static void member_fix(struct evbuf *b)
         evbuf_printf(b, ",\"leaked_without_rule_ttl\":%llu", (unsigned long long)no_ttl_to_give);
 }
 
-/* "dbs":[{db, leaked}], and with cluster = on "nodes":[{node, keys, leaked}]. */
+/* "dbs":[{db, leaked}]; with audit_from = HOST:PORT "from"; with cluster =
+ * on "nodes":[{node, [replica_of,] keys, leaked}]. */
 static void member_where(struct evbuf *b)
 {
     evbuf_adds(b, ",\"dbs\":[");
@@ -281,6 +290,10 @@ static void member_where(struct evbuf *b)
         evbuf_printf(b, "%s{\"db\":%d,\"leaked\":%llu}", i ? "," : "", a.dbt[i].db,
                      (unsigned long long)a.dbt[i].leaked);
     evbuf_adds(b, "]");
+    if (a.from == AUDIT_FROM_ADDR) {
+        evbuf_adds(b, ",\"from\":");
+        evbuf_json_str(b, a.from_t.name, strlen(a.from_t.name));
+    }
     if (!a.ctx->cfg->cluster)
         return;
     evbuf_adds(b, ",\"nodes\":[");
@@ -288,6 +301,10 @@ static void member_where(struct evbuf *b)
         const struct node_tally *n = &a.nodes[i];
         evbuf_adds(b, i ? ",{\"node\":" : "{\"node\":");
         evbuf_json_str(b, n->t->name, strlen(n->t->name));
+        if (n->primary != NULL) {
+            evbuf_adds(b, ",\"replica_of\":");
+            evbuf_json_str(b, n->primary->name, strlen(n->primary->name));
+        }
         evbuf_printf(b, ",\"keys\":%llu,\"leaked\":%llu}", (unsigned long long)n->keys,
                      (unsigned long long)n->leaked);
     }
@@ -380,10 +397,50 @@ static void rate_restart(uint64_t now)
     a.paid = a.batch != NULL ? a.batch->element[1]->elements : 0;
 }
 
-/* The servers a pass walks, into a.nodes: the backend, or every primary
- * of the cluster that serves slots, one after the other. Returns 0, or -1
- * when they are not known yet: no topology read has ended, or a primary
- * is down and no failover has replaced it yet (a pause, "failover"). */
+/* audit_fallback: the shard of primary p has no online replica, so the
+ * pass reads p. */
+static void event_fallback(const struct target *p)
+{
+    struct evbuf b = { 0 };
+    char msg[400];
+    snprintf(msg, sizeof msg, "audit_from = replica, and the shard of %s has no online replica: "
+             "this pass reads its primary", p->name);
+    log_warn("audit: %s", msg);
+    evbuf_adds(&b, "\"node\":");
+    evbuf_json_str(&b, p->name, strlen(p->name));
+    evbuf_adds(&b, ",\"message\":");
+    evbuf_json_str(&b, msg, strlen(msg));
+    events_members(EVN_AUDIT_FALLBACK, b.p, b.len);
+    free(b.p);
+}
+
+/* audit_from = replica: each primary of a.nodes swapped for an online
+ * replica of its shard, or kept (audit_fallback) when it has none. */
+static void pick_replicas(void)
+{
+    for (int i = 0; i < a.nnodes; i++) {
+        struct node_tally *n = &a.nodes[i];
+        struct target *r = cluster_replica_of(n->t);
+        if (r == NULL) {
+            event_fallback(n->t);
+            continue;
+        }
+        n->primary = n->t;
+        n->t = r;
+    }
+}
+
+/* The server read outside a pass (and by a pass without cluster = on). */
+static struct target *home_target(void)
+{
+    return a.from == AUDIT_FROM_ADDR ? &a.from_t : a.ctx->backend;
+}
+
+/* The servers a pass walks, into a.nodes: the backend (or audit_from's
+ * server), or every primary of the cluster that serves slots (or a
+ * replica of each), one after the other. Returns 0, or -1 when they are
+ * not known yet: no topology read has ended, or a primary is down and no
+ * failover has replaced it yet (a pause, "failover"). */
 static int pass_nodes(uint64_t now)
 {
     struct target *t[MAX_NODES];
@@ -392,7 +449,7 @@ static int pass_nodes(uint64_t now)
     if (a.ctx->cfg->cluster)
         n = cluster_primaries(t, MAX_NODES, &down);
     else
-        t[0] = a.ctx->backend;
+        t[0] = home_target();
     if (down != NULL) {
         char detail[400];
         snprintf(detail, sizeof detail, "the cluster's primary %s is not online: the pass "
@@ -405,6 +462,8 @@ static int pass_nodes(uint64_t now)
     for (int i = 0; i < n; i++)
         a.nodes[i].t = t[i];
     a.nnodes = n;
+    if (a.ctx->cfg->cluster && a.from == AUDIT_FROM_REPLICA)
+        pick_replicas();
     return 0;
 }
 
@@ -578,6 +637,13 @@ static void send_keys(void)
     sent(PH_KEYS);
 }
 
+static void send_readonly(void)
+{
+    const char *const argv[] = { "READONLY" };
+    send_cmd(1, argv);
+    sent(PH_READONLY);
+}
+
 static void send_info(void)
 {
     const char *const argv[] = { "INFO" };
@@ -606,22 +672,33 @@ static void conn_drop(uint64_t retry_ms)
     bconn_close(&a.c);
 }
 
-/* The server the connection should talk to: the pass's, else the backend. */
+/* The server the connection should talk to: the pass's, else home_target(). */
 static struct target *node_target(void)
 {
-    return a.in_pass ? a.nodes[a.nodei].t : a.ctx->backend;
+    return a.in_pass ? a.nodes[a.nodei].t : home_target();
+}
+
+/* Is the cluster node n what the pass chose for its shard still: an online
+ * primary, or an online replica of that primary? */
+static int node_current(const struct node_tally *n)
+{
+    return n->primary != NULL ? cluster_is_replica_of(n->t, n->primary)
+                              : cluster_is_primary(n->t);
 }
 
 /* Connect (the connection is closed), to the pass's server. A cluster node
- * that is no longer an online primary (failed, failed over, gone) starts
- * the pass over with the primaries the topology shows now: its shard may be
- * served elsewhere, and a pass counts every shard once. */
+ * that is no longer what the pass chose (failed, failed over, gone, a
+ * replica of another primary) starts the pass over with the nodes the
+ * topology shows now: its shard may be served elsewhere, and a pass counts
+ * every shard once. */
 static void conn_open(void)
 {
     a.retry_at = 0;
-    if (a.in_pass && a.ctx->cfg->cluster && !cluster_is_primary(a.nodes[a.nodei].t)) {
-        log_warn("audit: %s is no longer an online primary of the cluster: the pass starts "
-                 "over", a.nodes[a.nodei].t->name);
+    const struct node_tally *n = &a.nodes[a.nodei];
+    if (a.in_pass && a.ctx->cfg->cluster && !node_current(n)) {
+        log_warn("audit: %s is no longer an online %s%s: the pass starts over", n->t->name,
+                 n->primary != NULL ? "replica of " : "primary of the cluster",
+                 n->primary != NULL ? n->primary->name : "");
         pass_drop();
         a.next_pass = now_ms_monotonic() + RETRY_MS;
     }
@@ -656,6 +733,10 @@ static void step(void)
     }
     if (now < a.hold_until) {
         wait_ms(a.hold_until - now);
+        return;
+    }
+    if (a.nodes[a.nodei].primary != NULL && !a.readonly) {
+        send_readonly();            /* a cluster replica serves reads of its keys after it */
         return;
     }
     if (a.ndbs < 0 || a.paused[0] || now - a.checked_at >= CHECK_MS) {
@@ -862,6 +943,16 @@ static void on_info(const redisReply *r)
     step();
 }
 
+/* READONLY's reply: refused (an ACL), the replica's keys cannot be read:
+ * held like a refused SCAN, on /healthz, and asked again. */
+static void on_readonly(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR)
+        refused("READONLY", r->str);
+    else
+        a.readonly = 1;
+}
+
 static int scan_reply_ok(const redisReply *r)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -954,6 +1045,11 @@ static void on_reply(redisReply *r)
         a.phase = PH_NONE;
         on_info(r);
         break;
+    case PH_READONLY:
+        a.phase = PH_NONE;
+        on_readonly(r);
+        step();
+        break;
     case PH_SCAN:
         a.phase = PH_NONE;
         if (a.in_pass)              /* else the pass was dropped meanwhile (a reload) */
@@ -995,6 +1091,7 @@ static void c_ready(struct bconn *b)
     a.phase = PH_NONE;
     a.skip = 1;
     a.cur_db = 0;
+    a.readonly = 0;
     bconn_write_bytes(&a.c, NAME_REQ, sizeof NAME_REQ - 1);
     if (a.in_pass)
         log_info("audit: connected to %s: the pass goes on at db %d, cursor %s", a.c.t->name,
@@ -1058,10 +1155,44 @@ static void on_timer_closed(uv_handle_t *h)
     free(h);
 }
 
-/* A reload while running: the new rules, rate and interval. */
+/* audit_from of cfg taken (a.from, a.from_t). Returns 1 when the servers
+ * to read changed. */
+static int from_apply(const struct config *cfg)
+{
+    int changed = cfg->audit_from != a.from;
+    struct addr ad;
+    char name[sizeof a.from_t.name], err[320];
+    a.from = cfg->audit_from;
+    if (a.from != AUDIT_FROM_ADDR || addr_parse(cfg->audit_from_addr, &ad, err, sizeof err) != 0)
+        return changed;             /* (config_load() checked the address) */
+    addr_format(&ad, name, sizeof name);
+    if (!changed && strcmp(name, a.from_t.name) == 0)
+        return 0;
+    target_set(&a.from_t, a.ctx, &ad, 1);     /* at start and reload, as the backend */
+    return 1;
+}
+
+/* The servers to read changed (the backend, audit_from): the pass starts
+ * over, on a new connection. */
+static void pass_restart(const char *why)
+{
+    log_info("audit: %s: the pass starts over", why);
+    pass_drop();
+    a.next_pass = now_ms_monotonic();
+    if (a.c.state == BC_IDLE)
+        conn_open();
+    else
+        conn_drop(0);
+}
+
+/* A reload while running: the new rules, rate, interval and audit_from. */
 static void reapply(uint64_t now)
 {
     const struct config *cfg = a.ctx->cfg;
+    if (from_apply(cfg)) {
+        pass_restart("audit_from changed");
+        return;
+    }
     if (a.in_pass && arep_rebind(&a.rep, &cfg->rules) != 0) {
         log_info("audit: the rules changed: the pass starts over");
         pass_drop();
@@ -1098,6 +1229,7 @@ void audit_bg_apply(struct loop_ctx *ctx)
     a.on = 1;
     a.stopping = 0;
     a.next_pass = now_ms_monotonic();
+    from_apply(cfg);
     a.timer = xcalloc(1, sizeof *a.timer);
     uv_timer_init(ctx->loop, a.timer);
     bconn_init(&a.c, ctx, &audit_ops, &a);
@@ -1130,6 +1262,9 @@ void audit_bg_stop(void)
     a.hold_until = 0;
     a.paused[0] = '\0';
     problem_clear(0);
+    target_cancel(&a.from_t);
+    a.from = AUDIT_FROM_PRIMARY;
+    a.from_t.name[0] = '\0';
 }
 
 /* REPLY_MAX_MS, or TTLG_AUDIT_REPLY_MAX_MS (100 ms or more): the tests' way
@@ -1162,15 +1297,8 @@ void audit_bg_cron(uint64_t now)
 
 void audit_bg_backend_changed(void)
 {
-    if (!a.on)
-        return;
-    log_info("audit: the backend changed: the pass starts over");
-    pass_drop();
-    a.next_pass = now_ms_monotonic();
-    if (a.c.state == BC_IDLE)
-        conn_open();
-    else
-        conn_drop(0);
+    if (a.on)
+        pass_restart("the backend changed");
 }
 
 const char *audit_bg_problem(void)
@@ -1231,6 +1359,9 @@ static void metrics_state(struct evbuf *b)
     evbuf_printf(b, "ttlguard_audit_keys_read_total %llu\n", (unsigned long long)a.keys_read);
     family(b, "ttlguard_audit_passes_total", "counter", "Background audit passes finished.");
     evbuf_printf(b, "ttlguard_audit_passes_total %llu\n", (unsigned long long)a.passes);
+    family(b, "ttlguard_audit_interval_seconds", "gauge", "audit_interval: seconds between "
+           "the starts of two passes (the alert on a stale last pass compares with it).");
+    evbuf_printf(b, "ttlguard_audit_interval_seconds %u\n", a.ctx->cfg->audit_interval);
     family(b, "ttlguard_audit_pass_progress_ratio", "gauge", "Share of the keyspace (INFO "
            "keyspace at its start) the pass under way has classified; 0 between passes.");
     evbuf_printf(b, "ttlguard_audit_pass_progress_ratio %.4f\n", progress());

@@ -5,7 +5,10 @@
  * as gauges per rule and an `audit_pass` event per pass.
  *
  *   every audit_interval:  the servers: the backend, or (cluster = on) every
- *                          primary that serves slots, one after the other
+ *                          primary that serves slots, one after the other;
+ *                          audit_from: a replica of each shard instead
+ *                          (READONLY; its primary when it has none, with an
+ *                          `audit_fallback` event), or one named server
  *     per server:          INFO ──▶ the databases that have keys
  *     per database:        [SELECT db] SCAN cursor COUNT rate/100 ──▶ keys
  *                          (wait until the keys fit under audit_rate)
@@ -19,8 +22,8 @@
  *
  * One backend connection of its own (the proxy's AUTH and TLS), to one
  * server at a time, one command in flight; it never writes (SCAN, PTTL,
- * MEMORY USAGE, INFO, SELECT, CLIENT SETNAME only). audit_rate is one budget
- * for the whole pass, whichever server it reads. The position (server,
+ * MEMORY USAGE, INFO, SELECT, CLIENT SETNAME, READONLY only). audit_rate
+ * is one budget for the whole pass, whichever server it reads. The position (server,
  * database, cursor) and the tallies so far survive a lost connection (the
  * batch being read is asked again), a refusal (-LOADING, -BUSY: INFO again,
  * the same batch later) and a reload that keeps the same rules; a reload

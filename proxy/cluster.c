@@ -30,6 +30,7 @@ struct cnode {
     int seen;                   /* in the last topology read */
     int missed;                 /* topology reads in a row that did not show it */
     int healthy;                /* ...and not failed there */
+    struct cnode *of;           /* a replica: the primary of its shard in the last read */
     struct cnode *next;
 };
 
@@ -686,17 +687,18 @@ static void wake_waiters(void)
  * served: the shard's slots have an online primary, so a failed node still
  * called master there (Redis 8.0 keeps the flag of a primary replaced by a
  * failover) does not own them. */
-static void learn_shard_node(struct rv *node, int shard_has_slots, int served)
+static struct cnode *learn_shard_node(struct rv *node, int shard_has_slots, int served)
 {
     struct rv *role = rv_get(node, "role"), *health = rv_get(node, "health");
     struct node_ref r = shard_node_ref(node);
     struct cnode *c = node_learn(&r);
     if (c == NULL)
-        return;
+        return NULL;
     c->seen = 1;
     c->healthy = health == NULL || rv_is(health, "online");
     c->primary = role != NULL && rv_is(role, "master");
     c->owns_slots = c->primary && shard_has_slots && (c->healthy || !served);
+    return c;
 }
 
 /* Has a shard's node list an online primary? */
@@ -711,11 +713,36 @@ static int shard_served(struct rv *nodes)
     return 0;
 }
 
-/* CLUSTER SLOTS (servers without SHARDS): the nodes that serve slots. */
+/* One shard of CLUSTER SHARDS: its nodes, and its replicas' primary (the
+ * node that serves its slots), which the background audit reads instead
+ * with audit_from = replica. */
+static void learn_shard(struct rv *shard)
+{
+    struct rv *nodes = rv_get(shard, "nodes"), *slots = rv_get(shard, "slots");
+    int has_slots = slots != NULL && slots->type == '*' && slots->n > 0;
+    int served = shard_served(nodes);
+    size_t n = nodes != NULL && nodes->type == '*' ? nodes->n : 0;
+    struct cnode *owner = NULL;
+    for (size_t j = 0; j < n; j++) {
+        struct cnode *c = learn_shard_node(&nodes->el[j], has_slots, served);
+        if (c != NULL && c->owns_slots)
+            owner = c;
+    }
+    for (size_t j = 0; j < n; j++) {
+        struct node_ref r = shard_node_ref(&nodes->el[j]);
+        struct cnode *c = node_find(&r);
+        if (c != NULL && !c->primary)
+            c->of = owner;
+    }
+}
+
+/* CLUSTER SLOTS (servers without SHARDS): the nodes that serve slots, and
+ * the replicas listed after each range's primary (failed ones are not). */
 static void learn_slots(struct rv *root)
 {
     for (size_t i = 0; root->type == '*' && i < root->n; i++) {
         struct rv *range = &root->el[i];
+        struct cnode *primary = NULL;
         for (size_t j = 2; range->type == '*' && j < range->n; j++) {
             struct rv *node = &range->el[j];
             if (node->type != '*' || node->n < 3)
@@ -726,6 +753,10 @@ static void learn_slots(struct rv *root)
                 continue;
             c->seen = c->healthy = 1;
             c->primary = c->owns_slots = j == 2;
+            if (j == 2)
+                primary = c;
+            else
+                c->of = primary;
         }
     }
 }
@@ -748,19 +779,15 @@ static void learn_topology(const char *p, size_t n)
         rv_free(&t);
         return;
     }
-    for (struct cnode *c = cl.nodes; c != NULL; c = c->next)
+    for (struct cnode *c = cl.nodes; c != NULL; c = c->next) {
         c->seen = 0;
+        c->of = NULL;
+    }
     if (cl.use_slots) {
         learn_slots(t.root);
     } else {
-        for (size_t i = 0; t.root->type == '*' && i < t.root->n; i++) {
-            struct rv *nodes = rv_get(&t.root->el[i], "nodes");
-            struct rv *slots = rv_get(&t.root->el[i], "slots");
-            int has_slots = slots != NULL && slots->type == '*' && slots->n > 0;
-            int served = shard_served(nodes);
-            for (size_t j = 0; nodes != NULL && nodes->type == '*' && j < nodes->n; j++)
-                learn_shard_node(&nodes->el[j], has_slots, served);
-        }
+        for (size_t i = 0; t.root->type == '*' && i < t.root->n; i++)
+            learn_shard(&t.root->el[i]);
     }
     rv_free(&t);
     cl.reads++;
@@ -952,6 +979,22 @@ int cluster_is_primary(const struct target *t)
     for (const struct cnode *c = cl.nodes; c != NULL; c = c->next)
         if (&c->t == t)
             return c->seen && c->healthy && c->primary;
+    return 0;
+}
+
+struct target *cluster_replica_of(const struct target *p)
+{
+    for (const struct cnode *c = cl.nodes; c != NULL; c = c->next)
+        if (c->seen && c->healthy && !c->primary && c->of != NULL && &c->of->t == p)
+            return (struct target *)&c->t;
+    return NULL;
+}
+
+int cluster_is_replica_of(const struct target *t, const struct target *p)
+{
+    for (const struct cnode *c = cl.nodes; c != NULL; c = c->next)
+        if (&c->t == t)
+            return c->seen && c->healthy && !c->primary && c->of != NULL && &c->of->t == p;
     return 0;
 }
 

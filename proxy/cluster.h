@@ -101,6 +101,14 @@ int cluster_primaries(struct target **out, int max, const char **down);
 /* 1 while the last topology read showed t as an online primary. */
 int cluster_is_primary(const struct target *t);
 
+/* audit_from = replica: a replica of primary p's shard that the last
+ * topology read showed online (the first it listed), or NULL. Lives like
+ * the primaries' targets. */
+struct target *cluster_replica_of(const struct target *p);
+
+/* 1 while the last topology read showed t as an online replica of p. */
+int cluster_is_replica_of(const struct target *t, const struct target *p);
+
 /* Free what is left once the loop has ended. */
 void cluster_free(void);
 

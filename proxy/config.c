@@ -88,6 +88,7 @@ static int parse_onoff(const struct conf_key *, enum section_kind, const char *,
 static int parse_text(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_listen(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_backend(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_audit_from(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_port_range(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_secret(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_digest(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
@@ -124,6 +125,7 @@ static const struct conf_key conf_keys[] = {
     { "audit_interval",      IN_PROXY, parse_duration, CFG(audit_interval),      0, DURATION_MAX, "seconds (0 or empty = off)" },
     { "audit_rate",          IN_PROXY, parse_uint,     CFG(audit_rate),          1, 10000000, "keys per second" },
     { "audit_memory",        IN_PROXY, parse_onoff,    CFG(audit_memory),        0, 0, NULL },
+    { "audit_from",          IN_PROXY, parse_audit_from, CFG(audit_from),        0, 0, "primary|replica" },
 
     { "backend_tls",              IN_PROXY, parse_onoff,    CFG(backend_tls),              0, 0, NULL },
     { "backend_tls_ca_cert_file", IN_PROXY, parse_optional, CFG(backend_tls_ca_cert_file), 0, 0, NULL },
@@ -528,6 +530,29 @@ static int parse_choice(const struct conf_key *k, enum section_kind in, const ch
     }
     snprintf(err, errlen, "%s = '%s': expected %s", k->name, value, expected);
     return -1;
+}
+
+/* primary, replica, or the address of the server to read (a replica of
+ * the backend): the one key that fills two fields, its row's offset is
+ * `audit_from`. */
+static int parse_audit_from(const struct conf_key *k, enum section_kind in, const char *value,
+                            void *field, char *err, size_t errlen)
+{
+    struct config *cfg = (struct config *)((char *)field - offsetof(struct config, audit_from));
+    struct addr a;
+    char why[320];
+    if (parse_choice(k, in, value, field, why, sizeof why) == 0) {
+        set_string(&cfg->audit_from_addr, NULL);
+        return 0;
+    }
+    if (addr_parse(value, &a, why, sizeof why) < 0) {
+        snprintf(err, errlen, "%s = '%s': expected primary, replica or the HOST:PORT of a "
+                 "replica of the backend", k->name, value);
+        return -1;
+    }
+    *(int *)field = AUDIT_FROM_ADDR;
+    set_string(&cfg->audit_from_addr, value);
+    return 0;
 }
 
 static int parse_action(const struct conf_key *k, enum section_kind in, const char *value,
@@ -1072,6 +1097,15 @@ static void check_cluster(struct parse *p, const struct section *s)
         if (c->backend_seeds != NULL)
             fail_at(p, line_of(s, "backend"), "backend lists several addresses: that is for "
                     "a cluster's seeds (cluster = on); one address otherwise");
+        else if (c->audit_from == AUDIT_FROM_REPLICA)
+            fail_at(p, line_of(s, "audit_from"), "audit_from = replica is for a cluster (its "
+                    "replicas are in its topology): name the replica of the backend to read, "
+                    "audit_from = HOST:PORT");
+        return;
+    }
+    if (c->audit_from == AUDIT_FROM_ADDR) {
+        fail_at(p, line_of(s, "audit_from"), "cluster = on takes audit_from = primary or "
+                "replica (a replica of each shard), not one address (%s)", c->audit_from_addr);
         return;
     }
     if (strncmp(c->backend, "unix:", 5) == 0) {
@@ -1373,6 +1407,7 @@ void config_free(struct config *cfg)
     free(cfg->backend);
     free(cfg->backend_seeds);
     free(cfg->cluster_announce);
+    free(cfg->audit_from_addr);
     free(cfg->backend_username);
     free(cfg->backend_password);
     auth_users_free(&cfg->users);

@@ -21,6 +21,13 @@ enum log_keys {
     LOG_KEYS_PREFIX,    /* only the matched rule prefix */
 };
 
+/* audit_from: where the background audit reads the keyspace. */
+enum audit_from {
+    AUDIT_FROM_PRIMARY,     /* the backend, or every primary of the cluster */
+    AUDIT_FROM_REPLICA,     /* cluster = on: a replica of each shard (its primary if none) */
+    AUDIT_FROM_ADDR,        /* cluster = off: the server at audit_from_addr */
+};
+
 struct config {
     char *path;                     /* file it was read from; NULL for built-in defaults */
 
@@ -53,6 +60,8 @@ struct config {
                                        passes (audit_bg.c); 0 = off */
     unsigned audit_rate;            /* keys per second the background audit reads; 1000 */
     int audit_memory;               /* ...and MEMORY USAGE of each key: bytes per rule; 0 */
+    int audit_from;                 /* enum audit_from: the servers it reads; primary */
+    char *audit_from_addr;          /* audit_from = HOST:PORT: that server; else NULL */
 
     /* TLS (tls.h). Paths are NULL when unset. */
     int backend_tls;                /* TLS to the backend; 0 */

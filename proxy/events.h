@@ -171,6 +171,7 @@ const char *ev_action_name(enum ev_action a);
     X(EVN_CONFIG_REJECTED, "config_rejected") \
     X(EVN_AUDIT_FIX, "audit_fix") \
     X(EVN_AUDIT_PASS, "audit_pass") \
+    X(EVN_AUDIT_FALLBACK, "audit_fallback") \
     X(EVN_AUDIT_PAUSED, "audit_paused") \
     X(EVN_AUDIT_RESUMED, "audit_resumed")
 

@@ -559,6 +559,21 @@ struct apass {
     size_t rp0, nrp;            /* its rules: rpoints[rp0, rp0 + nrp) */
 };
 
+/* One item of an audit_pass's "rules": a rule's keys by state (apass_states:
+ * expiring, and the one no-TTL state of its kind), and their change since
+ * the pass before. */
+struct rstates {
+    uint64_t n[4];
+    long long change[4];
+    unsigned has, known;        /* bit s: the item has state s; ...and its change */
+};
+
+/* A rule of the last audit_pass, for the text report. */
+struct rlast {
+    struct evbuf rule;
+    struct rstates st;
+};
+
 /* A ttl rule's leaked keys at an audit_pass (its "rules" item). */
 struct rpoint {
     struct tally_entry *rule;   /* in audit_rules */
@@ -577,6 +592,8 @@ struct report {
     struct rpoint *rpoints;     /* the passes' rules, pass after pass */
     size_t nrpoints, cap_rpoints;
     struct tally audit_rules;   /* rule: its leaked keys at the last pass naming it */
+    struct rlast *last_rules;   /* the rules of the last audit_pass */
+    size_t nlast, cap_last;
     struct jobj *item;          /* an item of an array of objects, read by obj_next() */
     char first_ts[32], last_ts[32];
     struct reg *regs;
@@ -711,29 +728,62 @@ static void violation(struct report *r, const struct jobj *o, struct slice ts, u
     count_keys(r, o, rule);
 }
 
-/* The leaked keys of each ttl rule in the "rules" of an audit_pass (durable
- * rules and "default" have no "leaked"). */
+static void rule_states(const struct jobj *item, struct rstates *st)
+{
+    char name[32];
+    memset(st, 0, sizeof *st);
+    for (int s = 0; s < 4; s++) {
+        const struct jfield *n = get(item, apass_states[s], J_NUM);
+        snprintf(name, sizeof name, "%s_change", apass_states[s]);
+        const struct jfield *c = get(item, name, J_NUM);
+        if (n == NULL)
+            continue;
+        st->has |= 1u << s;
+        st->n[s] = n->num > 0 ? (uint64_t)n->num : 0;
+        st->known |= c != NULL ? 1u << s : 0;
+        st->change[s] = c != NULL ? c->num : 0;
+    }
+}
+
+/* A rule of the pass being read, for the text report (r->last_rules). */
+static void keep_last_rule(struct report *r, const struct rstates *st)
+{
+    if (r->nlast == r->cap_last) {
+        r->cap_last = r->cap_last ? r->cap_last * 2 : 16;
+        r->last_rules = xrealloc(r->last_rules, r->cap_last * sizeof *r->last_rules);
+        memset(r->last_rules + r->nlast, 0, (r->cap_last - r->nlast) * sizeof *r->last_rules);
+    }
+    struct rlast *l = &r->last_rules[r->nlast++];
+    set_buf(&l->rule, str(r->item, "rule"));
+    l->st = *st;
+}
+
+/* The "rules" of an audit_pass: every rule for the text report; the leaked
+ * keys of each ttl rule (durable rules and "default" have no "leaked") for
+ * the page's series. */
 static void audit_pass_rules(struct report *r, struct apass *a, const struct jfield *rules)
 {
     size_t off = 0;
+    struct rstates st;
     a->rp0 = r->nrpoints;
+    r->nlast = 0;
     if (rules == NULL)
         return;
     if (r->item == NULL)
         r->item = xcalloc(1, sizeof *r->item);
     while (obj_next(rules, &off, r->item)) {
-        const struct jfield *n = get(r->item, "leaked", J_NUM);
-        const struct jfield *c = get(r->item, "leaked_change", J_NUM);
         const struct jfield *m = get(r->item, "leaked_bytes", J_NUM);
-        if (n == NULL)
+        rule_states(r->item, &st);
+        keep_last_rule(r, &st);
+        if (!(st.has & 1u))
             continue;
         if (r->nrpoints == r->cap_rpoints) {
             r->cap_rpoints = r->cap_rpoints ? r->cap_rpoints * 2 : 64;
             r->rpoints = xrealloc(r->rpoints, r->cap_rpoints * sizeof *r->rpoints);
         }
         struct tally_entry *e = tally_add(&r->audit_rules, str(r->item, "rule"), none, none, none, 0);
-        e->n = n->num > 0 ? (uint64_t)n->num : 0;
-        r->rpoints[r->nrpoints++] = (struct rpoint){ e, e->n, c ? c->num : 0, c != NULL,
+        e->n = st.n[0];
+        r->rpoints[r->nrpoints++] = (struct rpoint){ e, e->n, st.change[0], (int)(st.known & 1u),
                                                      m && m->num >= 0 ? m->num : -1 };
         a->nrp++;
     }
@@ -1038,6 +1088,48 @@ static void print_config_and_backend(struct report *r)
     }
 }
 
+/* One state of a rule of the last pass: "N (+C)" in a column, "-" when its
+ * kind has no such state, no change on the first pass. */
+static void print_state(const struct rstates *st, int s)
+{
+    char cell[64] = "-";
+    if (st->has & (1u << s)) {
+        int n = snprintf(cell, sizeof cell, "%llu", (unsigned long long)st->n[s]);
+        if (st->known & (1u << s))
+            snprintf(cell + n, sizeof cell - (size_t)n, " (%+lld)", st->change[s]);
+    }
+    printf(" %16s", cell);
+}
+
+/* The last audit_pass: its totals, and per rule its keys by state with the
+ * change since the pass before (as the page's table of rules). */
+static void print_audit(const struct report *r)
+{
+    const struct apass *a = &r->passes[r->npasses - 1];
+    printf("\nBackground audit: %zu passes; the last: %llu keys, %llu leaked",
+           r->npasses, (unsigned long long)a->keys, (unsigned long long)a->v[0]);
+    if (a->change_known)
+        printf(" (%+lld since the pass before)", a->leaked_change);
+    printf(", %llu expiring, %llu registered, %llu unregistered\n",
+           (unsigned long long)a->v[1], (unsigned long long)a->v[2],
+           (unsigned long long)a->v[3]);
+    if (r->nlast == 0)
+        return;
+    printf("\n  %-28s", "rule (last pass, change)");
+    for (int s = 0; s < 4; s++)
+        printf(" %16s", apass_states[s]);
+    printf("\n");
+    for (size_t i = 0; i < r->nlast; i++) {
+        const struct rlast *l = &r->last_rules[i];
+        printf("  ");
+        show_str(&l->rule);
+        printf("%*s", l->rule.len < 28 ? (int)(28 - l->rule.len) : 0, "");
+        for (int s = 0; s < 4; s++)
+            print_state(&l->st, s);
+        printf("\n");
+    }
+}
+
 static void print_report(struct report *r, int nfiles, size_t top)
 {
     printf("ttlguard report: %d file%s, %llu events", nfiles, nfiles == 1 ? "" : "s",
@@ -1052,16 +1144,8 @@ static void print_report(struct report *r, int nfiles, size_t top)
     print_top_keys(r, top);
     print_durable_and_unverified(r);
     print_config_and_backend(r);
-    if (r->npasses > 0) {
-        const struct apass *a = &r->passes[r->npasses - 1];
-        printf("\nBackground audit: %zu passes; the last: %llu keys, %llu leaked",
-               r->npasses, (unsigned long long)a->keys, (unsigned long long)a->v[0]);
-        if (a->change_known)
-            printf(" (%+lld since the pass before)", a->leaked_change);
-        printf(", %llu expiring, %llu registered, %llu unregistered\n",
-               (unsigned long long)a->v[1], (unsigned long long)a->v[2],
-               (unsigned long long)a->v[3]);
-    }
+    if (r->npasses > 0)
+        print_audit(r);
 }
 
 /* ---- --html --------------------------------------------------------------- */
@@ -1549,6 +1633,9 @@ static void report_free(struct report *r)
     free(r->passes);
     free(r->rpoints);
     tally_free(&r->audit_rules);
+    for (size_t i = 0; i < r->cap_last; i++)
+        free(r->last_rules[i].rule.p);
+    free(r->last_rules);
     if (r->item != NULL)
         jobj_free(r->item);
     free(r->item);

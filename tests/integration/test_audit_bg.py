@@ -20,10 +20,15 @@ databases:
   - SCAN refused for good (an ACL without it): a line on /healthz (still
     200) and one warning until it is allowed; a server that does not answer
     (CLIENT PAUSE) past the reply timeout: a line on /healthz, a reconnect;
+  - audit_from = HOST:PORT: a replica of the backend is read, not the
+    backend (INFO commandstats: no SCAN or PTTL on the primary);
   - cluster = on, against a real 6-node cluster (cluster_util): every primary
     read once (and no replica), totals over the cluster, `nodes` in the
     event; a primary killed mid-pass starts the pass over on the promoted
     replica, and the next pass counts the same keyspace;
+  - audit_from = replica: one replica of each shard read (READONLY), no
+    SCAN on any primary, the same counts; a shard whose replica is down is
+    read from its primary, with an `audit_fallback` event;
   - off by default: no ttlguard_audit_* families.
 """
 
@@ -173,6 +178,10 @@ def test_gauges_and_event_count_the_keyspace(redis_srv, make_proxy, tmp_path):
     # (+0 when a third pass, a second later, ended before the report ran)
     assert re.search(rb"Background audit: \d+ passes; the last: 3010 keys, 2010 leaked "
                      rb"\(\+(10|0) since", out.stdout), out.stdout
+    # ...and per rule: its states at the last pass, each with its change.
+    assert re.search(rb'\n  ttl "s:" +1710 \(\+(10|0)\) +400 \(\+0\) +- +-\n', out.stdout), \
+        out.stdout
+    assert re.search(rb'\n  durable "du:" +- +50 \(\+0\) +250 \(\+0\) +-\n', out.stdout)
     page = os.path.join(str(tmp_path), "report.html")
     subprocess.run([harness.TTLG_BIN, "report", "--html", page, log], check=True, timeout=60)
     with open(page) as f:
@@ -403,6 +412,44 @@ def test_loading_pauses(redis_srv, make_proxy, tmp_path):
     assert e["keys"] == TOTAL and e["expired_during"] == 0
 
 
+def test_audit_from_a_replica_of_the_backend(redis_srv, make_redis, make_proxy, tmp_path):
+    fill(redis_srv)
+    replica = make_redis(["--replicaof", "127.0.0.1", str(redis_srv.port)])
+
+    def synced():
+        with Conn(replica.port) as c:
+            up = b"master_link_status:up" in c.cmd("INFO", "replication")
+            return up and c.cmd("DBSIZE") == TOTAL - 500
+    wait_for(synced, harness.slow(10), "the replica in sync")
+    for port in (redis_srv.port, replica.port):
+        with Conn(port) as c:
+            assert c.cmd("CONFIG", "RESETSTAT") == b"OK"
+    where = "127.0.0.1:%d" % replica.port
+    p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_from=where)
+    m = wait_passes(admin, 1, 30)
+    assert keys_gauges(m) == EXPECTED
+    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "audit_pass")
+    assert e["from"] == where and e["keys"] == TOTAL
+    # The fix still goes to the backend: the replica is read-only.
+    assert all("--backend" not in cmd for cmd in e["fix"]), e["fix"]
+    assert {"scan", "pttl"} <= commandstats(replica.port)
+    assert not {"scan", "pttl"} & commandstats(redis_srv.port)
+
+    # A reload back to the primary starts the pass over there.
+    with open(p.config_path) as f:
+        text = f.read()
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("audit_from = %s\n" % where, "")
+                .replace("audit_interval = 1h", "audit_interval = 1"))
+    p.send_signal(signal.SIGHUP)
+    wait_for(lambda: "audit: audit_from changed: the pass starts over" in p.stderr(),
+             harness.slow(5), "the pass to start over")
+    wait_passes(admin, 2, 30)
+    e2 = wait_for(lambda: events(log, "audit_pass")[1:], harness.slow(5), "a 2nd audit_pass")[0]
+    assert "from" not in e2 and e2["keys"] == TOTAL
+    assert {"scan", "pttl"} <= commandstats(redis_srv.port)
+
+
 def test_off_by_default(redis_srv, make_proxy):
     admin = harness.free_port()
     make_proxy(redis_srv, conf={"admin": "127.0.0.1:%d" % admin}, sections=SECTIONS)
@@ -469,12 +516,12 @@ def audit_cproxy(tmp_path):
     from cluster_util import ClusterProxy
     started = []
 
-    def start(cluster, rate):
+    def start(cluster, rate, **conf):
         admin = harness.free_port()
         log = os.path.join(str(tmp_path), "events.log")
-        p = ClusterProxy(tmp_path, cluster, {"admin": "127.0.0.1:%d" % admin, "events": log,
-                                             "audit_interval": "1h", "audit_rate": str(rate)},
-                         SECTIONS)
+        conf.update({"admin": "127.0.0.1:%d" % admin, "events": log, "audit_interval": "1h",
+                     "audit_rate": str(rate)})
+        p = ClusterProxy(tmp_path, cluster, conf, SECTIONS)
         started.append(p)
         p.start(expect=b"+PONG")
         return p, admin, log
@@ -533,3 +580,58 @@ def test_cluster_primary_lost_mid_pass(filled_cluster, audit_cproxy):
     ports = {int(n["node"].rsplit(":", 1)[1]) for n in e["nodes"]}
     assert victim not in ports and len(ports) == 3
     assert e["keys"] == CLUSTER_TOTAL
+
+
+def node_port(name):
+    return int(name.rsplit(":", 1)[1])
+
+
+def test_cluster_reads_a_replica_of_each_shard(filled_cluster, audit_cproxy):
+    cluster, sizes = filled_cluster
+    for port in cluster.ports:
+        assert cluster.cmd(port, "CONFIG", "RESETSTAT") == b"OK"
+    p, admin, log = audit_cproxy(cluster, 20000, audit_from="replica")
+    m = wait_passes(admin, 1, 30)
+    assert keys_gauges(m) == CLUSTER_EXPECTED
+    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "audit_pass")
+    assert e["keys"] == CLUSTER_TOTAL and e["leaked"] == 750
+    assert events(log, "audit_fallback") == []
+    # One replica per shard, each holding what its primary holds.
+    replica_of = {n["port"]: cluster.node_by_id(n["master"])["port"]
+                  for n in cluster.replicas()}
+    read = {node_port(n["node"]): n for n in e["nodes"]}
+    assert len(read) == 3 and set(read) <= set(replica_of)
+    assert {replica_of[r]: n["keys"] for r, n in read.items()} == sizes
+    assert all(node_port(n["replica_of"]) == replica_of[r] for r, n in read.items())
+    # The primaries were not walked: no SCAN, no PTTL there.
+    for port in cluster.ports:
+        stats = commandstats(port)
+        if port in read:
+            assert {"scan", "pttl", "readonly"} <= stats, (port, stats)
+        else:
+            assert not {"scan", "pttl"} & stats, (port, stats)
+
+
+def test_cluster_shard_without_replica_reads_its_primary(filled_cluster, audit_cproxy):
+    """A shard whose replica is down is read from its primary (audit_fallback),
+    the others from their replicas; the counts are the same."""
+    cluster, sizes = filled_cluster
+    gone = cluster.replicas()[0]
+    primary = cluster.node_by_id(gone["master"])["port"]
+    cluster.server(gone["port"]).stop()
+    wait_for(lambda: "fail" in cluster.node_by_id(gone["id"], primary)["flags"],
+             harness.slow(20), "the cluster to mark the replica failed")
+    for port in cluster.ports:
+        if port != gone["port"]:
+            assert cluster.cmd(port, "CONFIG", "RESETSTAT") == b"OK"
+    p, admin, log = audit_cproxy(cluster, 20000, audit_from="replica")
+    m = wait_passes(admin, 1, 30)
+    assert keys_gauges(m) == CLUSTER_EXPECTED
+    (f,) = events(log, "audit_fallback")
+    assert node_port(f["node"]) == primary and "no online replica" in f["message"]
+    (e,) = events(log, "audit_pass")
+    read = {node_port(n["node"]): n for n in e["nodes"]}
+    assert "replica_of" not in read[primary] and read[primary]["keys"] == sizes[primary]
+    assert sum(n["keys"] for n in read.values()) == CLUSTER_TOTAL
+    for port in sizes:
+        assert ("scan" in commandstats(port)) == (port == primary), port

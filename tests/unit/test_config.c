@@ -720,5 +720,33 @@ Test(config, audit_with_cluster)
             "cluster_ports = 7401-7499\naudit_interval = 1h\n", &cfg);
     cr_assert_eq(cfg.cluster, 1);
     cr_assert_eq(cfg.audit_interval, 3600, "every primary is walked (audit_bg.c)");
+    cr_assert_eq(cfg.audit_from, AUDIT_FROM_PRIMARY, "primaries by default");
     config_free(&cfg);
+    load_ok("[proxy]\nlisten = 127.0.0.1:7400\nbackend = 127.0.0.1:7000\ncluster = on\n"
+            "cluster_ports = 7401-7499\naudit_from = replica\n", &cfg);
+    cr_assert_eq(cfg.audit_from, AUDIT_FROM_REPLICA);
+    cr_assert_null(cfg.audit_from_addr);
+    config_free(&cfg);
+    load_err("[proxy]\nlisten = 127.0.0.1:7400\nbackend = 127.0.0.1:7000\ncluster = on\n"
+             "cluster_ports = 7401-7499\naudit_from = 127.0.0.1:7001\n", 6,
+             "cluster = on takes audit_from = primary or replica (a replica of each shard), "
+             "not one address (127.0.0.1:7001)");
+}
+
+Test(config, audit_from_single_server)
+{
+    struct config cfg;
+    load_ok("[proxy]\naudit_from = 10.0.0.12:6379\n", &cfg);
+    cr_assert_eq(cfg.audit_from, AUDIT_FROM_ADDR);
+    cr_assert_str_eq(cfg.audit_from_addr, "10.0.0.12:6379");
+    config_free(&cfg);
+    load_ok("[proxy]\naudit_from = primary\n", &cfg);
+    cr_assert_eq(cfg.audit_from, AUDIT_FROM_PRIMARY);
+    cr_assert_null(cfg.audit_from_addr);
+    config_free(&cfg);
+    load_err("[proxy]\naudit_from = replica\n", 2, "audit_from = replica is for a cluster (its "
+             "replicas are in its topology): name the replica of the backend to read, "
+             "audit_from = HOST:PORT");
+    load_err("[proxy]\naudit_from = replicas\n", 2, "audit_from = 'replicas': expected "
+             "primary, replica or the HOST:PORT of a replica of the backend");
 }
