@@ -1013,6 +1013,84 @@ static enum verdict rewrite_command(const struct request *req, const struct poli
     return V_REWRITE;
 }
 
+/* Flags of the commands a judged stream leaves out: what runs as sent with
+ * a follow-up, or in a script of the proxy's that is not WRAP_LUA, or whose
+ * effects no experiment checked, or whose TTL argument may need a bound. */
+#define STREAM_HELD (CMD_BLOCKING | CMD_NOSCRIPT | CMD_WIDEINT | CMD_SCRIPT | CMD_UNVERIFIED | \
+                     CMD_EXPIRE | CMD_DERIVED | CMD_DOCUMENTED | CMD_UNJUDGED)
+#define STREAM_TAIL_ARGS 64     /* arguments after the large one a judged stream may have */
+
+/* What the rules of the keys before the large argument ask (nk of them in
+ * keys[]): SF_FREE, SF_PLAIN or SF_MULTI, or SF_HOLD for a TTL that may
+ * need capping (a rewrite rule's max_ttl). The keys a rewrite rule gives a
+ * TTL go to found[0..*np). */
+static enum stream_form stream_rules(const struct config *cfg, const struct request *req,
+                                     int nk, int *np)
+{
+    enum stream_form form = SF_FREE;
+    *np = 0;
+    for (int i = 0; i < nk; i++) {
+        struct slice key = req->argv[keys[i].argi];
+        const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
+        if (r->kind != RULE_DURABLE && r->action == ACTION_ALLOW)
+            continue;
+        if (r->kind == RULE_DURABLE || r->action == ACTION_LOG) {
+            if (form == SF_FREE)
+                form = SF_PLAIN;
+            continue;
+        }
+        if (r->action == ACTION_REWRITE && r->max_ttl > 0)
+            return SF_HOLD;
+        form = SF_MULTI;
+        if (r->action == ACTION_REWRITE && r->ttl > 0)
+            found[(*np)++] = (struct finding){ .argi = keys[i].argi, .rule = r };
+    }
+    return form;
+}
+
+enum stream_form policy_stream_form(const struct config *cfg, const struct request *req,
+                                    const struct policy_ctx *ctx, struct sbuf *pre)
+{
+    const struct cmd_info *ci = ctx->cmd;
+    long long total = req->head->total;
+    pre->len = 0;
+    if (policy_inactive(cfg))
+        return SF_FREE;
+    if (ci == NULL || (ci->feat & FT_NEWER) || total >= MAX_WRAP_ARGS)
+        return SF_HOLD;
+    ensure_cap((int)total);
+    int np, nk = command_keys_before(ci, (int)total, req->argc, req->argv, keys);
+    enum stream_form form = nk < 0 ? SF_HOLD : stream_rules(cfg, req, nk, &np);
+    if (form == SF_FREE || form == SF_HOLD)
+        return form;
+    const struct command *cmd = ci->row;
+    if (!command_arity_ok(cmd, (int)total) || (command_flags(cmd) & STREAM_HELD) ||
+        total - req->argc - 1 > STREAM_TAIL_ARGS || (form == SF_MULTI && !ctx->can_multi))
+        return SF_HOLD;
+    if (form == SF_PLAIN)
+        return SF_PLAIN;
+    /* Every protected key as one WRAP_LUA may overwrite ('o'): its expiry
+     * before the command is put back if the command dropped it, the rule's
+     * TTL given if it had none, whatever options follow the value. */
+    sb_str(pre, "*1\r\n$5\r\nMULTI\r\n");
+    if (np == 0) {
+        sb_header(pre, '*', (uint64_t)total);
+        return SF_MULTI;
+    }
+    sb_header(pre, '*', 3 + 3 * (uint64_t)np + 1 + (uint64_t)total);
+    sb_bulk_str(pre, "EVAL");
+    sb_bulk_str(pre, WRAP_LUA);
+    sb_bulk_u64(pre, (uint64_t)np);
+    for (int i = 0; i < np; i++)
+        sb_bulk(pre, req->argv[found[i].argi].p, req->argv[found[i].argi].len);
+    for (int i = 0; i < np; i++)
+        sb_bulk_u64(pre, (uint64_t)found[i].rule->ttl);
+    for (int i = 0; i < np; i++)
+        sb_bulk_str(pre, "o");
+    sb_bulk_str(pre, ci->id == CID_ZINCRBY || ci->id == CID_ZADD ? "3" : "2");
+    return SF_MULTI;
+}
+
 void policy_rewrite_reset(struct rewrite *rw)
 {
     rw->pre.len = 0;

@@ -63,6 +63,22 @@ void policy_rewrite_reset(struct rewrite *rw);
 enum verdict policy_check(const struct config *cfg, const struct request *req,
                           const struct policy_ctx *ctx, struct rewrite *rw);
 
+/* A large request, judged from its head (req->head: the arguments before
+ * its large one, resp_request.h) so that its rest can stream to Redis as it
+ * arrives. ctx->can_multi as for policy_check(). */
+enum stream_form {
+    SF_FREE,        /* no rule can judge it: it streams as sent */
+    SF_PLAIN,       /* it streams as sent: the rules it falls under only record (log,
+                       durable); policy_check() of the whole request records what it did */
+    SF_MULTI,       /* it streams inside the proxy's MULTI, *pre replacing its "*N" line
+                       (MULTI, then the command inside WRAP_LUA where a rewrite rule gives
+                       a key its TTL); policy_check() of the whole request decides: EXEC,
+                       or DISCARD and the rule's error */
+    SF_HOLD,        /* it is held until whole and handled as any request */
+};
+enum stream_form policy_stream_form(const struct config *cfg, const struct request *req,
+                                    const struct policy_ctx *ctx, struct sbuf *pre);
+
 /* The server refused a request whose rewrite had a guard record, with error
  * err (its first errlen bytes): record the rejection. 1 when it was the
  * policy's own refusal (-TTLGUARD ...), 0 when another error. */

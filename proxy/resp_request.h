@@ -95,11 +95,18 @@ void req_framer_set_inline_join(struct req_framer *f, int on);
  *     nothing copied or parsed but the bulk headers; req_framer_streaming()
  *     is 0 once the last part was returned; or
  *   - holds it: req_framer_hold(); it is framed as usual and returned whole.
- * While streaming, a protocol error in a later bulk header is -1 as usual. */
+ * While streaming, a protocol error in a later bulk header is -1 as usual.
+ * Once the last part was returned, req_framer_tail() gives the arguments
+ * after the large one (into argv[0..max)): each of up to REQ_TAIL_ARG_MAX
+ * bytes as sent, a longer one as an empty string. It returns how many, or
+ * -1 when there are more than max. Call it before the next req_next(); the
+ * bytes stay valid until the next request streams. */
+#define REQ_TAIL_ARG_MAX 256
 void req_framer_set_stream(struct req_framer *f, size_t hand_min, size_t stream_min);
 size_t req_framer_stream(struct req_framer *f);
 void req_framer_hold(struct req_framer *f);
 int req_framer_streaming(const struct req_framer *f);
+int req_framer_tail(struct req_framer *f, struct slice *argv, int max);
 
 /* Forget what was framed after the last complete request: the next call
  * starts afresh at the offset it is given (the caller rewound its buffer). */

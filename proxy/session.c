@@ -305,6 +305,8 @@ void free_secret(char *p)
     free(p);
 }
 
+static void judged_free(struct session *s);
+
 static void session_free(struct session *s)
 {
     mux_forget(s);
@@ -341,6 +343,7 @@ static void session_free(struct session *s)
     free(s->held.p);
     free(s->park.p);
     free(s->multi_topo.p);
+    judged_free(s);
     req_framer_free(s->framer);
     free(s);
 }
@@ -1047,36 +1050,127 @@ static int only_forwarded(enum cmd_id id)
            id == CID_MSET || id == CID_ZADD || id == CID_ZINCRBY;
 }
 
-/* No rule can judge the request: rules are off, or every key it names lies
- * before its large argument and none is under a rule (the default allows). */
-static int outside_rules(const struct session *s, const struct request *req,
-                         const struct cmd_info *ci)
+/* A large request streaming under a rule (policy_stream_form()): what its
+ * judgement needs once it is whole. */
+struct stream_judged {
+    enum stream_form form;      /* SF_PLAIN or SF_MULTI */
+    int total;                  /* its arguments: */
+    int big;                    /* argv[0..big) copied from its head, argv[big] the large one */
+    struct slice *argv;
+    char *bytes;                /* argv[0..big)'s bytes */
+    uint64_t t0;                /* loop_now_ns when its head was read */
+};
+
+static void judged_free(struct session *s)
 {
-    const struct config *cfg = s->ctx->cfg;
-    if (policy_inactive(cfg))
-        return 1;
-    if ((ci->feat & FT_NEWER) || cfg->rules.dflt.action != ACTION_ALLOW)
-        return 0;
-    struct key_ref keys[16];
-    if (req->argc > 16)
-        return 0;
-    int n = command_keys_before(ci, (int)req->head->total, req->argc, req->argv, keys);
-    for (int i = 0; i < n; i++) {
-        struct slice k = req->argv[keys[i].argi];
-        if (rules_match(&cfg->rules, k.p, k.len) != &cfg->rules.dflt)
-            return 0;
+    if (s->judged == NULL)
+        return;
+    free(s->judged->argv);
+    free(s->judged->bytes);
+    free(s->judged);
+    s->judged = NULL;
+}
+
+/* Keep what the judgement of the whole request will need from its head. */
+static void judged_keep(struct session *s, const struct request *req, enum stream_form form)
+{
+    struct stream_judged *j = xcalloc(1, sizeof *j);
+    size_t n = 0;
+    j->form = form;
+    j->total = (int)req->head->total;
+    j->big = req->argc;
+    j->argv = xmalloc(sizeof *j->argv * (size_t)j->total);
+    for (int i = 0; i < req->argc; i++)
+        n += req->argv[i].len;
+    j->bytes = xmalloc(n > 0 ? n : 1);
+    n = 0;
+    for (int i = 0; i < req->argc; i++) {
+        memcpy(j->bytes + n, req->argv[i].p, req->argv[i].len);
+        j->argv[i] = (struct slice){ j->bytes + n, req->argv[i].len };
+        n += req->argv[i].len;
     }
-    return n >= 0;
+    j->t0 = loop_now_ns;
+    s->judged = j;
+}
+
+/* The end of the proxy's MULTI around a streamed request: EXEC, and the
+ * client gets the command's reply; or DISCARD, and the rule's error. */
+static void judged_close_multi(struct session *s, enum verdict v, const struct rewrite *rw)
+{
+    static const char exec[] = "*1\r\n$4\r\nEXEC\r\n";
+    static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+    struct pending *e = q_push(s);
+    e->kind = PK_INTERNAL;              /* +QUEUED, or the command's refusal */
+    e->what = PW_QUEUED;
+    e = q_push(s);
+    e->kind = PK_INTERNAL;
+    if (v == V_REJECT) {
+        s->ctx->stats.rejected++;
+        tob_add(s, discard, sizeof discard - 1, 1);
+        e->what = PW_REPLACE;           /* DISCARD's +OK: the rule's error instead */
+        e->local = xmemdup(rw->err.p, rw->err.len);
+        e->local_len = (uint32_t)rw->err.len;
+        e->local_owned = 1;
+    } else {
+        s->ctx->stats.rewritten += v == V_REWRITE;
+        tob_add(s, exec, sizeof exec - 1, 1);
+        e->what = PW_EXEC_FIRST;
+        e->rewritten = 1;
+        e->t0 = s->judged->t0;
+    }
+    owe(s, 2);
+}
+
+/* A request that streamed under a rule is whole: judged as any request,
+ * the large argument standing as an empty one (no rule reads a value), for
+ * the events, and for its MULTI's end. */
+static void judge_streamed(struct session *s)
+{
+    struct stream_judged *j = s->judged;
+    int n = req_framer_tail(s->framer, j->argv + j->big + 1, j->total - j->big - 1);
+    j->argv[j->big] = (struct slice){ "", 0 };
+    struct request whole = { .argc = j->big + 1 + (n > 0 ? n : 0), .argv = j->argv,
+                             .inline_cmd = 1 };     /* no raw bytes to reuse */
+    struct ev_client c;
+    struct policy_ctx ctx = {
+        .cmd = command_resolve(control_facts()->commands, j->argv[0].p, j->argv[0].len),
+        .resp3 = s->resp3, .can_multi = j->form == SF_MULTI, .client = session_client(s, &c),
+    };
+    static struct rewrite rw;
+    enum verdict v = policy_check(s->ctx->cfg, &whole, &ctx, &rw);
+    if (j->form == SF_MULTI)
+        judged_close_multi(s, v, &rw);
+    judged_free(s);
+}
+
+/* A large request's head goes as sent, or inside the proxy's MULTI: pre,
+ * then the head's bytes after its "*N" line. */
+static void send_stream_head(struct session *s, const struct request *req, enum stream_form form,
+                             const struct sbuf *pre)
+{
+    if (form != SF_MULTI) {
+        tob_add(s, req->raw.p, req->raw.len, 0);
+        return;
+    }
+    const char *args = (const char *)memchr(req->raw.p, '\n', req->raw.len) + 1;
+    tob_add(s, pre->p, pre->len, 1);
+    tob_add(s, args, req->raw.len - (size_t)(args - req->raw.p), 0);
+    struct pending *e = q_push(s);
+    e->kind = PK_INTERNAL;              /* +OK for MULTI */
+    e->rewritten = 1;
+    owe(s, 1);
 }
 
 /* The head of a request with a large argument (resp_request.h). It streams
- * when nothing the proxy does depends on its rest: an authenticated client,
- * no subscriptions, a command only forwarded, outside the rules. It then
- * needs the session's own connection: a shared connection never carries a
- * partial request, since a client that stalls or leaves mid-value would hold
- * up or break the others' requests. A session that streamed keeps its own
- * connection, as a client that sends large values has one without the
- * proxy. Else it is held until whole, and handled as any other. */
+ * when what the proxy does with it is decided before its rest: an
+ * authenticated client, no subscriptions, a command only forwarded, and the
+ * rules of the keys before the large argument allow it (policy_stream_form():
+ * as sent, or inside the proxy's MULTI and judged once whole). It then needs
+ * the session's own connection: a shared connection never carries a partial
+ * request, since a client that stalls or leaves mid-value would hold up or
+ * break the others' requests. A session that streamed keeps its own
+ * connection, as a client that sends large values has one without the proxy.
+ * Else it is held until whole, and handled as any other. */
 static enum handled stream_head(struct session *s, const struct request *req)
 {
     if (req->argc < 1)
@@ -1085,7 +1179,16 @@ static enum handled stream_head(struct session *s, const struct request *req)
                                                 req->argv[0].len);
     if (ci == NULL || !only_forwarded(ci->id) || s->unauth || s->replica ||
         s->monitor || (s->ttlg_auth && !s->authed) || s->nchan + s->npat + s->nshard > 0 ||
-        s->sub_unsure > 0 || s->pushes || !outside_rules(s, req, ci))
+        s->sub_unsure > 0 || s->pushes)
+        return HR_HOLD;
+    struct ev_client c;
+    struct policy_ctx ctx = {
+        .cmd = ci, .resp3 = s->resp3, .client = session_client(s, &c),
+        .can_multi = !s->in_multi && !s->watching && !s->reply_off && !s->reply_skip,
+    };
+    static struct sbuf pre;
+    enum stream_form form = policy_stream_form(s->ctx->cfg, req, &ctx, &pre);
+    if (form == SF_HOLD)
         return HR_HOLD;
     if (s->mode == SM_SHARED) {
         s->stateful = 1;
@@ -1099,7 +1202,11 @@ static enum handled stream_head(struct session *s, const struct request *req)
     s->be.t->requests++;
     struct req_plan pl = { .ci = ci, .id = ci->id };
     plan_replies(s, req, &pl);
-    tob_add(s, req->raw.p, req->raw.len, 0);
+    send_stream_head(s, req, form, &pre);
+    if (form != SF_FREE)
+        judged_keep(s, req, form);
+    if (form == SF_MULTI)
+        return HR_STREAM;           /* its replies are owed once it is whole */
     /* What expect_replies() does for a command only forwarded (kept out of
      * it: the per-request path keeps it inlined). */
     if (pl.queued && s->ctx->cfg->cluster)
@@ -1118,6 +1225,13 @@ static enum handled stream_head(struct session *s, const struct request *req)
  * does without the proxy; the client is read no more. */
 static void stream_refused(struct session *s, const char *p, size_t n)
 {
+    if (s->judged != NULL && s->judged->form == SF_MULTI) {
+        struct pending *e = q_push(s);  /* the error goes to the client */
+        e->kind = PK_FORWARD;
+        e->t0 = s->judged->t0;
+        owe(s, 1);
+    }
+    judged_free(s);
     tob_add(s, p, n, 0);
     client_read_stop(s);
     s->close_after_flush = 1;
@@ -1202,6 +1316,8 @@ static void process_input(struct session *s, const char *data, size_t len, int i
            (rc = req_next(s->framer, data, len, &pos, &req)) != 0) {
         if (rc == REQ_PART) {
             tob_add(s, req.raw.p, req.raw.len, 0);
+            if (s->judged != NULL && !req_framer_streaming(s->framer))
+                judge_streamed(s);
             continue;
         }
         if (rc < 0 && req_framer_streaming(s->framer)) {

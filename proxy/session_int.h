@@ -181,6 +181,8 @@ struct session {
     struct sbuf multi_topo;         /* cluster: enum topo_kind of each command queued in the
                                        client's MULTI, for EXEC's reply */
     struct reply_scanner *xsub;     /* frames EXEC's first element; allocated on first use */
+    struct stream_judged *judged;   /* a large request streaming under a rule, judged once
+                                       whole (session.c); NULL: none */
 
     /* Client input: only the partial request that spans reads lives here. */
     char *ibuf;

@@ -31,9 +31,10 @@ RSS_BOUND_SANITIZED_KB = 128 * 1024
 # "About 3.0 KB of proxy memory per idle connection" (docs/architecture.md),
 # asserted with a third more.
 IDLE_CONN_BOUND_BYTES = 4096
-# docs/reliability.md, "Large requests": a large request that no rule judges
-# streams, the proxy holding at most about max_buffer queued towards Redis
-# plus its 256 KiB read buffer; asserted with a 3 MB margin (allocator slack).
+# docs/reliability.md, "Large requests": a large request streams, under a
+# rule or not, the proxy holding at most about max_buffer queued towards
+# Redis plus its 256 KiB read buffer; asserted with a 3 MB margin (allocator
+# slack).
 STREAM_BOUND_KB = 1024 + 256 + 3 * 1024
 
 
@@ -71,14 +72,16 @@ class RssSampler:
 
 @pytest.fixture
 def bounded(redis_srv, make_proxy):
-    """A proxy with max_buffer = 1mb (ASan told to keep little quarantine)."""
+    """A proxy with max_buffer = 1mb (ASan told to keep little quarantine),
+    keys t:* under a rewrite rule."""
     if harness.VALGRIND:
         pytest.skip("VmRSS under valgrind measures valgrind's own heap, not the proxy's")
     env = {}
     if harness.SANITIZED:
         env["ASAN_OPTIONS"] = (os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=8"
                                ).lstrip(":")
-    return make_proxy(redis_srv, {"max_buffer": MAX_BUFFER}, env=env)
+    return make_proxy(redis_srv, {"max_buffer": MAX_BUFFER}, env=env,
+                      sections='[ttl "t:"]\nttl = 300\naction = rewrite\n')
 
 
 def _client(redis_port, name):
@@ -316,29 +319,32 @@ def test_max_clients(redis_srv, make_proxy):
 
 
 @pytest.mark.timeout(300)
-def test_large_value_with_small_max_buffer(bounded):
+@pytest.mark.parametrize("key", ["big", "t:big"])
+def test_large_value_with_small_max_buffer(bounded, key):
     """One request (and one reply) far larger than max_buffer still goes
     through: the proxy cannot wait for room that never comes. The request
-    streams (docs/reliability.md, "Large requests"): while it passes the RSS
-    grows by about max_buffer and a read buffer, not by the value."""
+    streams (docs/reliability.md, "Large requests"), under a rewrite rule
+    too (t:big gets its TTL): while it passes the RSS grows by about
+    max_buffer and a read buffer, not by the value."""
     n = 100 * 1024 * 1024
     value = os.urandom(n)
     base = vmrss_kb(bounded.pid)
     sampler = RssSampler(bounded.pid)
     with Conn(bounded.port, timeout=60) as c:
-        c.send(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n" % n + value + b"\r\n" + enc("PING"))
-        assert c.replies(2, timeout=60) == [b"OK", b"PONG"]
+        c.send(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key.encode(), n) +
+               value + b"\r\n" + enc("TTL", key))
+        assert c.replies(2, timeout=60) == [b"OK", 300 if key.startswith("t:") else -1]
         set_peak = sampler.stop()
         sampler = RssSampler(bounded.pid)
-        c.send(enc("GET", "big") + enc("PING"))
+        c.send(enc("GET", key) + enc("PING"))
         hdr = b"$%d\r\n" % n
         assert c.read_exact(len(hdr)) == hdr
         assert c.read_exact(n, timeout=60) == value
         assert c.read_exact(2) == b"\r\n"
         assert c.reply() == b"PONG"
     get_peak = sampler.stop()
-    print("100 MB value through max_buffer=%s: VmRSS %d kB before, peak %d kB while it was "
-          "SET, %d kB while it was read" % (MAX_BUFFER, base, set_peak, get_peak))
+    print("100 MB value (%s) through max_buffer=%s: VmRSS %d kB before, peak %d kB while it "
+          "was SET, %d kB while it was read" % (key, MAX_BUFFER, base, set_peak, get_peak))
     if not harness.SANITIZED:
         assert set_peak - base < STREAM_BOUND_KB, (base, set_peak)
         assert get_peak - base < STREAM_BOUND_KB, (base, get_peak)

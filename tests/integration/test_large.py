@@ -1,15 +1,20 @@
 """
 Large requests stream (docs/reliability.md, "Large requests"): once the
-proxy has the arguments before a bulk of 64 KiB or more, and nothing it does
-depends on the rest (no key under a rule, a command it only forwards), the
-rest goes to Redis as it arrives, on the client's own connection, so a shared
-connection never carries a partial request. Otherwise the request is held
-until whole, and handled as any other.
+proxy has the arguments before a bulk of 64 KiB or more, and what it does
+with the request is decided by them, the rest goes to Redis as it arrives,
+on the client's own connection, so a shared connection never carries a
+partial request. With no key under a rule the request goes as sent; under a
+rule it goes inside the proxy's MULTI (the command inside WRAP_LUA where a
+rewrite rule must give a key its TTL), and once whole it is judged as any
+request: EXEC, or DISCARD and the rule's error. Otherwise (a rule with
+max_ttl, a client's own MULTI or WATCH, ...) the request is held until whole
+and handled as any other.
 
 Each test runs with multiplex on (the default: the session leaves the shared
 connection first) and off.
 """
 
+import json
 import socket
 import time
 
@@ -97,18 +102,147 @@ def test_a_stalled_client_holds_up_nobody(redis_srv, make_proxy, mux):
         assert other.cmd("STRLEN", "slow") == BIG
 
 
+RULE_SECTIONS = RULES + (
+    '[ttl "r:"]\nttl = 300\naction = reject\n'
+    '[ttl "l:"]\nttl = 300\naction = log\n'
+    '[ttl "cap:"]\nttl = 300\nmax_ttl = 600\naction = rewrite\n')
+
+
+def streamed(c, redis_port, head, value, tail=b""):
+    """Send head and the first half of value, wait until Redis holds that
+    half (the request streams), then the rest and tail."""
+    c.send(head + value[:len(value) // 2])
+    wait_qbuf(redis_port, len(value) // 4)
+    c.send(value[len(value) // 2:] + b"\r\n" + tail)
+
+
+def set_head(key, n, opts=()):
+    """SET key <n bytes> opts..., up to the value's payload."""
+    out = b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (3 + len(opts), len(key), key, n)
+    return out, b"".join(b"$%d\r\n%s\r\n" % (len(o), o) for o in opts)
+
+
+def proxy_with_events(make_proxy, redis_srv, tmp_path, mux):
+    log = str(tmp_path / "events.log")
+    p = make_proxy(redis_srv, {"multiplex": mux, "events": log, "event_window": 1},
+                   sections=RULE_SECTIONS)
+    return p, log
+
+
+def violations(p, log):
+    """(key, effect, action) of every violation event, once the proxy stopped."""
+    assert p.stop() == 0
+    with open(log) as f:
+        ev = [json.loads(line) for line in f]
+    return sorted((e["key"], e["effect"], e["action"]) for e in ev if e["event"] == "violation")
+
+
 @pytest.mark.parametrize("mux", MODES)
-def test_a_large_value_under_a_rule_is_rewritten(redis_srv, make_proxy, mux):
-    """A key under a rewrite rule: the request is held whole and rewritten,
-    the client gets SET's own reply, the key its TTL."""
-    p = make_proxy(redis_srv, {"multiplex": mux}, sections=RULES)
-    value = b"z" * BIG
+def test_a_large_value_under_a_rewrite_rule_streams(redis_srv, make_proxy, tmp_path, mux):
+    """A key under a rewrite rule: the value streams (Redis holds half of it
+    before the client sent the rest), the client gets SET's own replies, the
+    key keeps its TTL or gets the rule's, and an explicit EX stays."""
+    p, log = proxy_with_events(make_proxy, redis_srv, tmp_path, mux)
+    value = bytes(range(256)) * (BIG // 256)
+    with Conn(p.port) as c, Conn(redis_srv.port) as r:
+        head, _ = set_head(b"t:new", BIG)
+        streamed(c, redis_srv.port, head, value, enc("TTL", "t:new") + enc("GET", "t:new"))
+        assert c.replies(3, timeout=20) == [b"OK", 300, value]
+        assert r.cmd("SET", "t:old", "small", "EX", "1000") == b"OK"
+        head, tail = set_head(b"t:old", BIG, (b"GET",))
+        streamed(c, redis_srv.port, head, value, tail + enc("TTL", "t:old"))
+        got = c.replies(2, timeout=20)
+        assert got[0] == b"small" and 990 <= got[1] <= 1000, got
+        head, tail = set_head(b"t:ex", BIG, (b"EX", b"50"))
+        streamed(c, redis_srv.port, head, value, tail + enc("TTL", "t:ex"))
+        assert c.replies(2, timeout=20) == [b"OK", 50]
+        assert r.cmd("STRLEN", "t:old") == BIG
+    assert violations(p, log) == [("t:new", "drops-ttl", "rewritten"),
+                                  ("t:old", "drops-ttl", "rewritten")]
+
+
+@pytest.mark.parametrize("mux", MODES)
+def test_a_large_value_under_a_reject_rule_streams_and_is_refused(redis_srv, make_proxy,
+                                                                 tmp_path, mux):
+    """A reject rule: the value streams inside the proxy's MULTI; without a
+    TTL the client gets the rule's error and Redis keeps nothing, with EX
+    the write goes through. A log rule: streams as sent, logged."""
+    p, log = proxy_with_events(make_proxy, redis_srv, tmp_path, mux)
+    value = b"r" * BIG
+    with Conn(p.port) as c, Conn(redis_srv.port) as r:
+        head, _ = set_head(b"r:k", BIG)
+        streamed(c, redis_srv.port, head, value, enc("EXISTS", "r:k"))
+        refusal, exists = c.replies(2, timeout=20)
+        assert isinstance(refusal, harness.RespError) and b'ttl "r:"' in refusal, refusal
+        assert exists == 0
+        head, tail = set_head(b"r:k", BIG, (b"EX", b"60"))
+        streamed(c, redis_srv.port, head, value, tail + enc("TTL", "r:k"))
+        assert c.replies(2, timeout=20) == [b"OK", 60]
+        head, _ = set_head(b"l:k", BIG)
+        streamed(c, redis_srv.port, head, value, enc("TTL", "l:k"))
+        assert c.replies(2, timeout=20) == [b"OK", -1]
+        assert r.cmd("STRLEN", "r:k") == BIG
+    assert violations(p, log) == [("l:k", "drops-ttl", "logged"),
+                                  ("r:k", "drops-ttl", "rejected")]
+
+
+@pytest.mark.parametrize("mux", MODES)
+def test_create_only_writes_stream_under_a_rule(redis_srv, make_proxy, mux):
+    """HSET and RPUSH of a large value into keys under a rewrite rule: they
+    stream, the replies are the commands' own, the keys get the TTL."""
+    p = make_proxy(redis_srv, {"multiplex": mux}, sections=RULE_SECTIONS)
+    value = b"h" * BIG
     with Conn(p.port) as c:
-        c.send(big_set_head(b"t:big", BIG) + value[:BIG // 2])
-        time.sleep(0.1)
-        c.send(value[BIG // 2:] + b"\r\n" + enc("TTL", "t:big"))
+        head = b"*4\r\n$4\r\nHSET\r\n$3\r\nt:h\r\n$1\r\nf\r\n$%d\r\n" % BIG
+        streamed(c, redis_srv.port, head, value, enc("TTL", "t:h"))
+        assert c.replies(2, timeout=20) == [1, 300]
+        head = b"*4\r\n$5\r\nRPUSH\r\n$3\r\nt:l\r\n$%d\r\n" % BIG
+        streamed(c, redis_srv.port, head, value, b"$1\r\nx\r\n" + enc("TTL", "t:l"))
+        assert c.replies(2, timeout=20) == [2, 300]
+        assert c.cmd("HSTRLEN", "t:h", "f") == BIG
+
+
+@pytest.mark.parametrize("mux", MODES)
+def test_what_a_stream_cannot_decide_is_held(redis_srv, make_proxy, mux):
+    """A rule with max_ttl (an EX after the value may need capping) and a
+    client under WATCH (no MULTI of the proxy's): held whole, then handled as
+    any request; Redis sees no partial request."""
+    p = make_proxy(redis_srv, {"multiplex": mux}, sections=RULE_SECTIONS)
+    value = b"c" * BIG
+    with Conn(p.port) as c:
+        head, tail = set_head(b"cap:k", BIG, (b"EX", b"5000"))
+        c.send(head + value[:BIG // 2])
+        time.sleep(0.2)
+        assert all(int(x.get("qbuf", 0)) < BIG // 4 for x in proxy_conns(redis_srv.port).values())
+        c.send(value[BIG // 2:] + b"\r\n" + tail + enc("TTL", "cap:k"))
+        assert c.replies(2, timeout=20) == [b"OK", 600]
+        assert c.cmd("WATCH", "t:w") == b"OK"
+        head, _ = set_head(b"t:w", BIG)
+        c.send(head + value[:BIG // 2])
+        time.sleep(0.2)
+        assert all(int(x.get("qbuf", 0)) < BIG // 4 for x in proxy_conns(redis_srv.port).values())
+        c.send(value[BIG // 2:] + b"\r\n" + enc("TTL", "t:w"))
         assert c.replies(2, timeout=20) == [b"OK", 300]
-        assert c.cmd("STRLEN", "t:big") == BIG
+
+
+@pytest.mark.parametrize("mux", MODES)
+def test_a_client_that_leaves_mid_value_under_a_rule_runs_nothing(redis_srv, make_proxy, mux):
+    """Inside the proxy's MULTI too: the connection closes with the client's,
+    nothing ran, the key is as it was."""
+    p = make_proxy(redis_srv, {"multiplex": mux}, sections=RULE_SECTIONS)
+    with Conn(redis_srv.port) as r:
+        assert r.cmd("SET", "t:cut", "before", "EX", "100") == b"OK"
+    s = socket.create_connection(("127.0.0.1", p.port))
+    s.sendall(enc("PING"))
+    assert s.recv(100) == b"+PONG\r\n"
+    s.sendall(set_head(b"t:cut", BIG)[0] + b"x" * (BIG // 2))
+    conn = wait_qbuf(redis_srv.port, BIG // 4)
+    s.close()
+    harness.wait_for(lambda: conn["id"] not in proxy_conns(redis_srv.port), 10,
+                     "the backend connection of the client that left to close")
+    with Conn(redis_srv.port) as r:
+        assert r.cmd("GET", "t:cut") == b"before"
+        assert 0 < r.cmd("TTL", "t:cut") <= 100
 
 
 @pytest.mark.parametrize("mux", MODES)
@@ -147,15 +281,17 @@ def outcome(conn, seconds):
 
 
 @pytest.mark.parametrize("mux", MODES)
-def test_a_protocol_error_after_a_streamed_value(redis_srv, make_proxy, mux):
-    """A bad header after the large argument, once the start went on: the
-    client gets what Redis gives for the same bytes (Redis 7.0 to 8.0 and
-    Valkey: the protocol error, then the connection closes; Redis 8.6 drops
-    an error found after a partial read and answers nothing, redis#15795);
-    Redis ran nothing."""
-    p = make_proxy(redis_srv, {"multiplex": mux})
+@pytest.mark.parametrize("key", [b"bad", b"t:bad"])
+def test_a_protocol_error_after_a_streamed_value(redis_srv, make_proxy, mux, key):
+    """A bad header after the large argument, once the start went on (as
+    sent, or inside the proxy's MULTI for a key under a rule): the client gets
+    what Redis gives for the same bytes (Redis 7.0 to 8.0 and Valkey: the
+    protocol error, then the connection closes; Redis 8.6 drops an error
+    found after a partial read and answers nothing, redis#15795); Redis ran
+    nothing."""
+    p = make_proxy(redis_srv, {"multiplex": mux}, sections=RULES)
     value = b"w" * (256 * 1024)
-    head = b"*4\r\n$3\r\nSET\r\n$3\r\nbad\r\n$%d\r\n" % len(value)
+    head = b"*4\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key, len(value))
     with Conn(redis_srv.port) as direct:
         direct.send(head + value[:1000])
         time.sleep(0.1)
@@ -169,4 +305,4 @@ def test_a_protocol_error_after_a_streamed_value(redis_srv, make_proxy, mux):
     if want[1]:
         assert want[0].startswith(b"-ERR Protocol error: expected '$', got ':'"), want
     with Conn(redis_srv.port) as r:
-        assert r.cmd("EXISTS", "bad") == 0
+        assert r.cmd("EXISTS", key) == 0

@@ -712,8 +712,9 @@ Test(request, errors_after_hand_framed_bulk)
 
 /* With req_framer_set_stream(): a request whose large bulk is not all here
  * comes out early as its head; streamed, its rest comes out in parts that
- * add up to exactly its bytes, whatever the cuts; the next request is
- * framed as usual. Held, it comes out whole. */
+ * add up to exactly its bytes, whatever the cuts, and the argument after
+ * the large one is kept (req_framer_tail()); the next request is framed as
+ * usual. Held, it comes out whole. */
 static void check_streamed(const char *buf, size_t len, size_t reqlen, size_t step, int hold)
 {
     struct req_framer *f = req_framer_new();
@@ -748,6 +749,13 @@ static void check_streamed(const char *buf, size_t len, size_t reqlen, size_t st
                 cr_assert_eq(req.raw.p, chunk + streamed, "parts follow each other");
                 streamed += req.raw.len;
                 cr_assert_eq(req_framer_streaming(f), streamed < reqlen);
+                if (streamed == reqlen) {       /* what came after the large bulk */
+                    struct slice tail[2];
+                    cr_assert_eq(req_framer_tail(f, tail, 0), -1);
+                    cr_assert_eq(req_framer_tail(f, tail, 2), 1);
+                    cr_assert_eq(tail[0].len, 1);
+                    cr_assert_eq(tail[0].p[0], 'z');
+                }
             } else if (++whole == 1 && (hold || heads == 0)) {
                 cr_assert_eq(req.argc, 4, "the large request, whole");
                 cr_assert_eq(req.raw.len, reqlen);
