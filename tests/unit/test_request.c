@@ -793,6 +793,47 @@ Test(request, stream_head_and_parts)
     free(buf);
 }
 
+/* The arguments after a streamed bulk, whatever the cuts: small ones as
+ * sent, one over REQ_TAIL_ARG_MAX bytes as an empty string. */
+Test(request, stream_tail_arguments)
+{
+    size_t n = 100000, big = REQ_TAIL_ARG_MAX + 1;
+    char *buf = malloc(n + big + 128);
+    size_t len = (size_t)sprintf(buf, "*6\r\n$3\r\nSET\r\n$1\r\nk\r\n$%zu\r\n", n);
+    memset(buf + len, 'x', n);
+    len += n;
+    len += (size_t)sprintf(buf + len, "\r\n$2\r\nEX\r\n$%zu\r\n", big);
+    memset(buf + len, 'y', big);
+    len += big;
+    len += (size_t)sprintf(buf + len, "\r\n$3\r\nGET\r\n");
+    static const size_t steps[] = { 1, 3, 4096, 99991 };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        struct req_framer *f = req_framer_new();
+        struct request req;
+        size_t pos = 0, end = 0;
+        int done = 0;
+        req_framer_set_stream(f, 4096, 65536);
+        while (end < len && !done) {
+            end = end + steps[i] < len ? end + steps[i] : len;
+            int rc;
+            while (!done && (rc = req_next(f, buf, end, &pos, &req)) != 0) {
+                cr_assert_gt(rc, 0);
+                if (rc == REQ_HEAD)
+                    pos = req_framer_stream(f);
+                done = rc == REQ_PART && !req_framer_streaming(f);
+            }
+        }
+        cr_assert(done, "step %zu", steps[i]);
+        struct slice tail[4];
+        cr_assert_eq(req_framer_tail(f, tail, 4), 3, "step %zu", steps[i]);
+        cr_assert(tail[0].len == 2 && memcmp(tail[0].p, "EX", 2) == 0);
+        cr_assert_eq(tail[1].len, 0);
+        cr_assert(tail[2].len == 3 && memcmp(tail[2].p, "GET", 3) == 0);
+        req_framer_free(f);
+    }
+    free(buf);
+}
+
 Test(request, idle_tracking)
 {
     static const char msg[] = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
