@@ -87,7 +87,7 @@ pytest_counts() {
 # step LABEL KIND COMMAND...   (KIND: pytest, ctest, or plain: a closing
 # "N passed, M failed" line)
 step() {
-    local label=$1 kind=$2 out counts skips="" rc=0
+    local label=$1 kind=$2 out counts skips="" rc=0 t0=${step_t0:-$SECONDS}
     shift 2
     out=$(mktemp)
     # pipefail (set above): the status is the command's unless tee failed.
@@ -105,9 +105,9 @@ step() {
         rc=1; counts="ran no test"
     fi
     if [ "$rc" -ne 0 ]; then
-        failed=1; summary+=("$label: FAILED (${counts:-exit $rc})")
+        failed=1; summary+=("$label: FAILED (${counts:-exit $rc}, $((SECONDS - t0)) s)")
     else
-        summary+=("$label: ok ($counts)")
+        summary+=("$label: ok ($counts, $((SECONDS - t0)) s)")
     fi
     [ -z "$skips" ] || summary+=("$skips")
 }
@@ -131,6 +131,7 @@ replay() {
 bg_pids=()
 bg_logs=()
 bg_labels=()
+bg_t0=()
 integration_start() {
     local name=$1 dir=$2 label=$3 ignore=() log
     shift 3
@@ -142,6 +143,7 @@ integration_start() {
     bg_pids+=("$!")
     bg_logs+=("$log")
     bg_labels+=("$name integration ($label)")
+    bg_t0+=("$SECONDS")
 }
 
 integration_wait() {
@@ -150,12 +152,13 @@ integration_wait() {
         rc=0
         wait "${bg_pids[$i]}" || rc=$?
         echo "== ${bg_labels[$i]}"
-        step "${bg_labels[$i]}" pytest replay "${bg_logs[$i]}" "$rc"
+        step_t0=${bg_t0[$i]} step "${bg_labels[$i]}" pytest replay "${bg_logs[$i]}" "$rc"
         rm -f "${bg_logs[$i]}"
     done
     bg_pids=()
     bg_logs=()
     bg_labels=()
+    bg_t0=()
 }
 
 # Build DIR with the cmake options given and run the unit tests.
@@ -195,7 +198,9 @@ integration_wait
 other_servers=(redis-8.0 redis-8.6 valkey-8.1 valkey-9.1)
 echo "== [servers] tests/servers.sh ${other_servers[*]}"
 servers_rc=0
+t0=$SECONDS
 servers=$(bash tests/servers.sh "${other_servers[@]}") || servers_rc=$?
+echo "== [servers] ready in $((SECONDS - t0)) s"
 mapfile -t server_lines < <(grep . <<<"$servers" || true)
 for line in "${server_lines[@]}"; do
     read -r server version path <<<"$line"
@@ -234,10 +239,11 @@ step "client libraries" plain env TTLG_BIN="$PWD/build/ttlguard" bash tests/clie
 # mode: no reply to the wrong client, no hang, ttlguard alive, descriptors and
 # RSS back near their baseline.
 echo "== [chaos] tests/chaos/chaos.py --seconds 30"
+t0=$SECONDS
 if TTLG_BIN="$PWD/build/ttlguard" /usr/bin/python3 tests/chaos/chaos.py --seconds 30; then
-    summary+=("chaos: ok")
+    summary+=("chaos: ok ($((SECONDS - t0)) s)")
 else
-    failed=1; summary+=("chaos: FAILED")
+    failed=1; summary+=("chaos: FAILED ($((SECONDS - t0)) s)")
 fi
 echo "== [deploy] tests/deploy/run.sh"
 step "deploy kit" plain env TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run.sh
@@ -246,6 +252,7 @@ step "deploy kit" plain env TTLG_BIN="$PWD/build/ttlguard" bash tests/deploy/run
 # no longer builds or a seed that crashes fails the run. The long campaigns
 # are run by hand (docs/reliability.md).
 echo "== [fuzz] tests/fuzz: seed corpora and 10 s each"
+t0=$SECONDS
 fuzz_ok=1
 if CC=clang cmake -S . -B build-fuzz -DTTLG_FUZZ=ON -DTTLG_TESTS=OFF >/dev/null &&
    cmake --build build-fuzz -j "$jobs" --target fuzz_request fuzz_reply fuzz_policy fuzz_config fuzz_admin \
@@ -262,7 +269,11 @@ if CC=clang cmake -S . -B build-fuzz -DTTLG_FUZZ=ON -DTTLG_TESTS=OFF >/dev/null 
 else
     fuzz_ok=0
 fi
-if [ "$fuzz_ok" -eq 1 ]; then summary+=("fuzz harnesses: ok"); else failed=1; summary+=("fuzz harnesses: FAILED"); fi
+if [ "$fuzz_ok" -eq 1 ]; then
+    summary+=("fuzz harnesses: ok ($((SECONDS - t0)) s)")
+else
+    failed=1; summary+=("fuzz harnesses: FAILED ($((SECONDS - t0)) s)")
+fi
 if [ "$asan" -eq 1 ]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TTLG_SANITIZED=1 TTLG_DIFFFUZZ_SECONDS=10
