@@ -2,8 +2,9 @@
 // Shared pieces of the node client suites (ioredis_suite.js, node_redis_suite.js).
 //
 // A suite is started by runner.py as `node SUITE.js CONFIG_JSON`, CONFIG_JSON being
-//   {"mode": "standalone"|"cluster", "target": "proxy"|"direct", "host": "127.0.0.1",
-//    "port": N, "cluster_ports": [lo, hi], "real_ports": [...], "deadline_ms": N}
+//   {"mode": "standalone"|"cluster"|"failover"|"handshake", "target": "proxy"|"direct",
+//    "host": "127.0.0.1", "port": N, "cluster_ports": [lo, hi], "real_ports": [...],
+//    "tls_ca": PATH (cluster over TLS: the CA that signed every server), "deadline_ms": N}
 // and prints one JSON line per check on stdout:
 //   {"check": NAME, "ok": true|false, "value": ..., "ttl": {...}, "expect_ttl": {...},
 //    "info": "...", "error": "..."}
@@ -14,6 +15,7 @@
 // only the TTL expectations and the cluster port checks depend on it.
 
 const assert = require('assert');
+const fs = require('fs');
 
 const cfg = JSON.parse(process.argv[2] || '{}');
 cfg.host = cfg.host || '127.0.0.1';
@@ -108,6 +110,55 @@ function checkNodePorts(ports) {
   }
 }
 
+// Node's TLS options for the cluster clients when the config asks for TLS (tls_ca),
+// else undefined. The servers' certificates name 127.0.0.1.
+function tlsOptions() {
+  return cfg.tls_ca ? { ca: [fs.readFileSync(cfg.tls_ca)] } : undefined;
+}
+
+// The failover check (mode "failover"): a cluster client writes and reads back its own
+// keys (under the rule) one after the other until runner.py closes our stdin; runner.py
+// fails a primary over once {"running": true} is out. Then every key is written and
+// read once more, and its TTL taken. A wrong reply fails the check; client errors
+// (rejected commands) are counted in `errors`, which runner.py compares with direct.
+// client: the library's cluster client (its set, get and ttl methods).
+async function failoverLoop(client) {
+  const keys = Array.from({ length: 30 }, (_, i) => `t:fo:${i}`);
+  let stop = false;
+  process.stdin.on('end', () => { stop = true; });
+  process.stdin.resume();
+  const errors = {};
+  const wrong = [];
+  let ops = 0;
+  for (let i = 0; !stop; i++) {
+    const k = keys[i % keys.length];
+    const v = `${k}=${i}`;
+    try {
+      const set = await client.set(k, v);
+      const got = await client.get(k);
+      ops += 2;
+      if (set !== 'OK' || got !== v) wrong.push(`SET ${k} ${v}: ${set}, GET: ${got}`);
+    } catch (e) {
+      const m = String(e && e.message).slice(0, 120);
+      errors[m] = (errors[m] || 0) + 1;
+      await sleep(10);
+    }
+    if (i === keys.length - 1) out({ running: true });
+  }
+  const ttls = await Promise.all(keys.map((k) => client.ttl(k)));
+  const final = [];
+  for (const k of keys) final.push([await client.set(k, `${k}=last`), await client.get(k)]);
+  assert.deepStrictEqual(wrong.slice(0, 5), [], `${wrong.length} wrong replies in ${ops}`);
+  const n = Object.values(errors).reduce((a, b) => a + b, 0);
+  return {
+    value: { keys: keys.length, final },
+    errors: n,
+    info: `${ops} requests, ${n} errors${n ? ' ' + JSON.stringify(errors) : ''}`,
+    ttl: { 'min after failover': Math.min(...ttls), 'max after failover': Math.max(...ttls) },
+    expect_ttl: { 'min after failover': EXPECT.rule900, 'max after failover': EXPECT.rule900 },
+  };
+}
+
 // Run the checks in order; each prints its line. fn returns {value, ttl, expect_ttl, info}.
 async function runChecks(checks, perCheckMs = 10000) {
   for (const [name, fn] of checks) {
@@ -123,7 +174,7 @@ async function runChecks(checks, perCheckMs = 10000) {
 
 module.exports = {
   assert, cfg, out, withTimeout, sleep, norm, BINARY, BINARY_KEY, parseClientInfo,
-  clientState, checkNodePorts, runChecks,
+  clientState, checkNodePorts, tlsOptions, failoverLoop, runChecks,
 };
 
 // The 100 commands of the pipeline check, the same for every library (as strings):
@@ -146,8 +197,9 @@ function pipelineCommands() {
 module.exports.pipelineCommands = pipelineCommands;
 
 // TTL expectations of the rule [ttl "t:"] ttl = 900 action = rewrite.
-module.exports.EXPECT = {
+const EXPECT = {
   keep100: { proxy: [1, 100], direct: [-1, -1] },  // GETSET on a key with EX 100: keeps it
   rule900: { proxy: [880, 900], direct: [-1, -1] }, // a write that would leave no TTL: 900
   none: { proxy: [-1, -1], direct: [-1, -1] },      // a key outside every rule
 };
+module.exports.EXPECT = EXPECT;

@@ -8,7 +8,7 @@ const Redis = require('ioredis');
 const clusterKeySlot = require('cluster-key-slot');
 const {
   assert, cfg, out, withTimeout, sleep, norm, BINARY, BINARY_KEY, clientState, checkNodePorts,
-  runChecks, pipelineCommands, EXPECT,
+  tlsOptions, failoverLoop, runChecks, pipelineCommands, EXPECT,
 } = require('./common');
 
 const opened = [];
@@ -244,10 +244,12 @@ async function standalone() {
   ]);
 }
 
-async function cluster() {
+// A Redis.Cluster seeded with the target alone (over TLS when the config says so),
+// ready. redisOptions: more options for every node connection.
+async function mkCluster(opts = {}, redisOptions = {}) {
   const c = new Redis.Cluster([{ host: cfg.host, port: cfg.port }], {
-    clusterRetryStrategy: () => null, slotsRefreshTimeout: 3000, enableOfflineQueue: true,
-    redisOptions: { connectTimeout: 3000, commandTimeout: 8000, maxRetriesPerRequest: 1 },
+    clusterRetryStrategy: () => null, ...opts,
+    redisOptions: { connectTimeout: 3000, commandTimeout: 8000, tls: tlsOptions(), ...redisOptions },
   });
   c.on('error', () => {});
   opened.push(c);
@@ -255,6 +257,12 @@ async function cluster() {
     c.once('ready', resolve);
     c.once('end', () => reject(new Error('cluster client ended before ready')));
   }), 8000, 'ioredis cluster ready');
+  return c;
+}
+
+async function cluster() {
+  const c = await mkCluster({ slotsRefreshTimeout: 3000, enableOfflineQueue: true },
+    { maxRetriesPerRequest: 1 });
 
   await runChecks([
     ['cluster-nodes', async () => {
@@ -315,11 +323,7 @@ async function cluster() {
     ['cluster-pubsub', async () => {
       // SUBSCRIBE through a second cluster client (ioredis picks one node for it) and
       // PUBLISH through the first (the cluster bus carries it across)
-      const sub = new Redis.Cluster([{ host: cfg.host, port: cfg.port }], {
-        clusterRetryStrategy: () => null, redisOptions: { connectTimeout: 3000, commandTimeout: 8000 },
-      });
-      sub.on('error', () => {});
-      opened.push(sub);
+      const sub = await mkCluster();
       const got = [];
       sub.on('message', (ch, m) => got.push([ch, m]));
       const v = [await sub.subscribe('cps:plain')];
@@ -352,6 +356,11 @@ async function cluster() {
   ]);
 }
 
+async function failover() {
+  const c = await mkCluster({ slotsRefreshTimeout: 3000 }, { maxRetriesPerRequest: 1 });
+  await runChecks([['cluster-failover', () => failoverLoop(c)]], 30000);
+}
+
 // Two connections with the library's connect sequence and nothing else, each
 // closed after one PING (runner.py records what they send on the way): the
 // defaults, then db 1 with a connection name.
@@ -374,6 +383,7 @@ async function handshake() {
   try {
     if (cfg.mode === 'handshake') await handshake();
     else if (cfg.mode === 'cluster') await cluster();
+    else if (cfg.mode === 'failover') await failover();
     else await standalone();
   } catch (e) {
     out({ fatal: e && e.stack ? e.stack : String(e) });

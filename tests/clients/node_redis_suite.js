@@ -8,7 +8,7 @@ const { createClient, createCluster, RESP_TYPES } = require('redis');
 const clusterKeySlot = require('cluster-key-slot');
 const {
   assert, cfg, out, withTimeout, sleep, norm, BINARY, BINARY_KEY, clientState, checkNodePorts,
-  runChecks, pipelineCommands, EXPECT,
+  tlsOptions, failoverLoop, runChecks, pipelineCommands, EXPECT,
 } = require('./common');
 
 const opened = [];
@@ -279,15 +279,23 @@ async function standalone() {
   ]);
 }
 
-async function cluster() {
+// A createCluster client (RESP3) seeded with the target alone, over TLS when the
+// config says so, connected.
+async function mkCluster(extra = {}) {
+  const tls = tlsOptions() && { tls: true, ...tlsOptions() };
   const c = createCluster({
-    rootNodes: [{ socket: { host: cfg.host, port: cfg.port } }],
-    defaults: { socket: { connectTimeout: 3000, reconnectStrategy: false } },
-    RESP: 3,
+    rootNodes: [{ socket: { host: cfg.host, port: cfg.port, ...tls } }],
+    defaults: { socket: { connectTimeout: 3000, reconnectStrategy: false, ...tls } },
+    RESP: 3, ...extra,
   });
   c.on('error', () => {});
   opened.push(c);
   await withTimeout(c.connect(), 8000, 'node-redis cluster connect');
+  return c;
+}
+
+async function cluster() {
+  const c = await mkCluster();
   const cb = c.withTypeMapping(BUF);
   const ownerOf = (k) => c.slots[clusterKeySlot(k)].master.port;
 
@@ -301,14 +309,7 @@ async function cluster() {
       // node-redis lists replicas only with useReplicas: a second client with it, which
       // connects to every replica (READONLY in its handshake) and reads from them
       const v = [await c.set('{rep}:k', 'v'), await c.sendCommand('{rep}:k', false, ['WAIT', '1', '2000'])];
-      const c2 = createCluster({
-        rootNodes: [{ socket: { host: cfg.host, port: cfg.port } }],
-        defaults: { socket: { connectTimeout: 3000, reconnectStrategy: false } },
-        RESP: 3, useReplicas: true,
-      });
-      c2.on('error', () => {});
-      opened.push(c2);
-      await withTimeout(c2.connect(), 8000, 'node-redis cluster (useReplicas) connect');
+      const c2 = await mkCluster({ useReplicas: true });
       const replicas = c2.replicas.map((n) => n.port);
       const all = [...c2.masters.map((n) => n.port), ...replicas];
       checkNodePorts(all);
@@ -398,6 +399,11 @@ async function cluster() {
   ]);
 }
 
+async function failover() {
+  const c = await mkCluster();
+  await runChecks([['cluster-failover', () => failoverLoop(c)]], 30000);
+}
+
 // Two connections with the library's connect sequence and nothing else, each
 // closed after one PING (runner.py records what they send on the way): the
 // defaults (RESP3), then db 1 with a connection name.
@@ -420,6 +426,7 @@ async function handshake() {
   try {
     if (cfg.mode === 'handshake') await handshake();
     else if (cfg.mode === 'cluster') await cluster();
+    else if (cfg.mode === 'failover') await failover();
     else await standalone();
   } catch (e) {
     out({ fatal: e && e.stack ? e.stack : String(e) });

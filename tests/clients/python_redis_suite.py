@@ -355,8 +355,15 @@ def standalone():
     other.close()
 
 
+def mk_cluster():
+    """A RedisCluster seeded with the target alone, over TLS when the config
+    says so (tls_ca)."""
+    tls = {"ssl": True, "ssl_ca_certs": CFG["tls_ca"]} if CFG.get("tls_ca") else {}
+    return RedisCluster(host=HOST, port=PORT, socket_timeout=8, socket_connect_timeout=3, **tls)
+
+
 def cluster():
-    rc = RedisCluster(host=HOST, port=PORT, socket_timeout=8, socket_connect_timeout=3)
+    rc = mk_cluster()
 
     def owner(k):
         return rc.get_node_from_key(k).port
@@ -459,6 +466,50 @@ def cluster():
     rc.close()
 
 
+def failover():
+    """As common.js failoverLoop(): SET and GET of the client's own keys until
+    stdin ends (runner.py fails a primary over meanwhile), then their TTLs and
+    one more SET and GET each."""
+    rc = mk_cluster()
+    keys = ["t:fo:%d" % i for i in range(30)]
+    stop = threading.Event()
+
+    def wait_eof():
+        sys.stdin.buffer.read()
+        stop.set()
+    threading.Thread(target=wait_eof, daemon=True).start()
+
+    def loop():
+        errors, wrong, ops, i = {}, [], 0, 0
+        while not stop.is_set():
+            k = keys[i % len(keys)]
+            v = "%s=%d" % (k, i)
+            try:
+                done = rc.set(k, v)
+                got = rc.get(k)
+                ops += 2
+                if done is not True or got != v.encode():
+                    wrong.append("SET %s %s: %r, GET: %r" % (k, v, done, got))
+            except Exception as e:  # counted: compared with direct by runner.py
+                m = str(e)[:120]
+                errors[m] = errors.get(m, 0) + 1
+                time.sleep(0.01)
+            if i == len(keys) - 1:
+                out({"running": True})
+            i += 1
+        ttls = [rc.ttl(k) for k in keys]
+        final = [[rc.set(k, k + "=last"), norm(rc.get(k))] for k in keys]
+        assert not wrong, "%d wrong replies in %d: %s" % (len(wrong), ops, wrong[:5])
+        n = sum(errors.values())
+        return {"value": {"keys": len(keys), "final": final}, "errors": n,
+                "info": "%d requests, %d errors%s" % (ops, n, " %s" % errors if n else ""),
+                "ttl": {"min after failover": min(ttls), "max after failover": max(ttls)},
+                "expect_ttl": {"min after failover": EXPECT["rule900"],
+                               "max after failover": EXPECT["rule900"]}}
+    run_checks([("cluster-failover", loop)])
+    rc.close()
+
+
 def handshake():
     """Two connections with the library's connect sequence and nothing else, each
     closed after one PING (runner.py records what they send on the way): the
@@ -481,6 +532,8 @@ def main():
             handshake()
         elif CFG.get("mode") == "cluster":
             cluster()
+        elif CFG.get("mode") == "failover":
+            failover()
         else:
             standalone()
     except Exception:

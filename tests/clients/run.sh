@@ -6,7 +6,7 @@
 #   tests/clients/run.sh            (TTLG_BIN=... to test another binary)
 #
 # Installs what is missing (Debian packages nodejs, npm, python3-redis,
-# redis-server; then `npm ci` here, skipped while node_modules matches the lock),
+# python3-pytest, redis-server; then `npm ci` here, skipped while node_modules matches the lock),
 # then runs runner.py: one line per check, `N passed, M failed` last, exit 1 on
 # any failure.
 set -euo pipefail
@@ -31,6 +31,8 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 /usr/bin/python3 -c 'import redis.cluster' >/dev/null 2>&1 || need+=(python3-redis)
+# (runner.py makes its TLS certificates with tests/integration/tls_util.py, which imports pytest)
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)
 if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]} (apt)"
     apt_install "${need[@]}"

@@ -15,11 +15,18 @@ run.sh installs what is missing and calls this; see README.md.
   4. a 6-node Redis Cluster (3 primaries, 1 replica each) and a ttlguard with
      cluster = on in front of it; the suites' cluster clients get ttlguard's entry
      port as their only seed (and, for the direct run, a real node's port);
+  4b. the same over TLS (mode cluster-tls): nodes with tls-cluster and
+     tls-replication, ttlguard with backend_tls = on and tls_listen, the suites'
+     cluster clients speaking TLS to both (certificates made by openssl in the
+     temporary directory: tests/integration/tls_util.py); then, per library, a
+     client loop writing and reading its own keys while a replica takes over its
+     primary (CLUSTER FAILOVER), through ttlguard and straight to the cluster;
   5. per library, mode and check: both runs passed their own assertions, their
      `value`s are identical, and the TTLs in `ttl` are in the range the rule says
      for each target (only through ttlguard do the "t:" keys get or keep a TTL);
-     the rewrites show up in ttlguard's event log; both ttlguards stay up and exit
-     0 on SIGTERM.
+     a check's client `errors` (the failover's) are no more through ttlguard than
+     straight to the cluster; the rewrites show up in ttlguard's event log; the
+     ttlguards stay up and exit 0 on SIGTERM.
 
 Prints one line per check and `N passed, M failed` last; exits 1 on any failure.
 Everything listens on 127.0.0.1, on free ports of TTLG_CLIENTS_PORTS (default
@@ -29,14 +36,16 @@ PID (and dies with this process: PR_SET_PDEATHSIG).
 Environment: TTLG_BIN (default build/ttlguard of this tree), TTLG_CLIENTS_PORTS
 (lo-hi), TTLG_CLIENTS_KEEP=1 (keep the temporary directory), TTLG_CLIENTS_ONLY
 (comma-separated libraries: ioredis,node-redis,python3-redis), TTLG_CLIENTS_MODES
-(standalone,cluster), TTLG_CLIENTS_MULTIPLEX (on/off: ttlguard's multiplex, default
-its own default, on).
+(standalone,cluster,cluster-tls), TTLG_CLIENTS_MULTIPLEX (on/off: ttlguard's
+multiplex, default its own default, on).
 """
 
 import ctypes
+import itertools
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import socket
@@ -47,6 +56,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import tls_util  # noqa: E402  (certificates and TLS options, shared with the integration tests)
 TTLG_BIN = os.environ.get("TTLG_BIN") or os.path.join(ROOT, "build", "ttlguard")
 PYTHON = "/usr/bin/python3"
 NODE = shutil.which("node") or "node"
@@ -231,9 +242,21 @@ def _read_reply(f):
     raise ValueError("unexpected reply %r" % line)
 
 
-def cmd(port, *args, timeout=3.0):
-    """One command on a fresh connection to 127.0.0.1:port (RESP2)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def _connect(port, timeout, ctx):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if ctx is None:
+        return s
+    try:
+        return ctx.wrap_socket(s, server_hostname="127.0.0.1")
+    except BaseException:
+        s.close()
+        raise
+
+
+def cmd(port, *args, timeout=3.0, ctx=None):
+    """One command on a fresh connection to 127.0.0.1:port (RESP2); over TLS
+    with the ssl.SSLContext ctx."""
+    with _connect(port, timeout, ctx) as s:
         out = b"*%d\r\n" % len(args)
         for a in args:
             a = a if isinstance(a, bytes) else str(a).encode()
@@ -283,14 +306,17 @@ def start_redis(tmp, name, extra=()):
     return pr
 
 
-def start_ttlguard(tmp, name, proxy_keys):
+def start_ttlguard(tmp, name, proxy_keys, ctx=None):
+    """ttlguard on a free port: `listen`, or `tls_listen` alone when ctx (the
+    client's ssl.SSLContext) is given."""
     port = free_port()
     d = os.path.join(tmp, "%s-%d" % (name, port))
     os.makedirs(d)
     conf = os.path.join(d, "ttlguard.ini")
     events = os.path.join(d, "events.jsonl")
     # event_window = 1: folded counts are written a second after the first occurrence
-    lines = ["[proxy]", "listen = 127.0.0.1:%d" % port, "events = %s" % events, "event_window = 1"]
+    listen = ["tls_listen = 127.0.0.1:%d" % port, "listen ="] if ctx else ["listen = 127.0.0.1:%d" % port]
+    lines = ["[proxy]"] + listen + ["events = %s" % events, "event_window = 1"]
     lines += ["%s = %s" % kv for kv in proxy_keys]
     if os.environ.get("TTLG_CLIENTS_MULTIPLEX"):
         lines.append("multiplex = %s" % os.environ["TTLG_CLIENTS_MULTIPLEX"])
@@ -302,51 +328,88 @@ def start_ttlguard(tmp, name, proxy_keys):
     def up():
         if not pr.alive():
             raise Fatal("ttlguard exited %s at startup:\n%s" % (pr.p.returncode, pr.tail()))
-        return cmd(port, "PING") == b"PONG"
+        return cmd(port, "PING", ctx=ctx) == b"PONG"
     wait_for(up, 10, "ttlguard %s answering PING on %d" % (name, port))
     return pr
 
 
-def start_cluster(tmp, n=6):
+def cluster_nodes(port):
+    """CLUSTER NODES of one node, each line split at its spaces."""
+    txt = cmd(port, "CLUSTER", "NODES").decode()
+    return [ln.split(" ") for ln in txt.splitlines() if ln.strip()]
+
+
+def node_port(fields):
+    return int(fields[1].split(":")[1].split("@")[0])
+
+
+def cluster_agrees(ports):
+    """Every node says cluster_state:ok, sees every node connected and none
+    failing, and all agree on the primaries and their slots."""
+    owners = None
+    for p in ports:
+        if "cluster_state:ok" not in cmd(p, "CLUSTER", "INFO").decode():
+            return False
+        ns = cluster_nodes(p)
+        if len(ns) != len(ports):
+            return False
+        for f in ns:
+            if f[7] != "connected" or any(x in f[2] for x in ("fail", "handshake", "noaddr")):
+                return False
+        mine = sorted((f[0], tuple(f[8:])) for f in ns if "master" in f[2])
+        if owners is None:
+            owners = mine
+        elif mine != owners:
+            return False
+    return True
+
+
+def cluster_settled(ports):
+    """cluster_agrees(), and every node's CLUSTER SLOTS covers all slots, each
+    range with its replica, and every replica's link to its primary is up."""
+    if not cluster_agrees(ports):
+        return False
+    for p in ports:
+        sl = cmd(p, "CLUSTER", "SLOTS")
+        if not isinstance(sl, list) or sum(e[1] - e[0] + 1 for e in sl) != 16384:
+            return False
+        if any(len(e) < 4 for e in sl):   # a range without its replica
+            return False
+    for f in cluster_nodes(ports[0]):
+        if "slave" in f[2] and "master_link_status:up" not in \
+                cmd(node_port(f), "INFO", "replication").decode():
+            return False
+    return True
+
+
+def primaries_of(ports):
+    """The real ports of the primaries, in the order of their first slot."""
+    ns = [f for f in cluster_nodes(ports[0]) if "master" in f[2] and len(f) > 8]
+    return [node_port(f) for f in sorted(ns, key=lambda f: int(f[8].split("-")[0]))]
+
+
+def start_cluster(tmp, certs=None, n=6):
+    """n nodes (n/2 primaries, one replica each), settled. With certs (tls_util's),
+    every node also serves TLS on its tls_port, the bus and replication over TLS."""
     nodes = []
     for _ in range(n):
-        bus = free_port()
-        nodes.append(start_redis(tmp, "cluster", [
-            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-port", str(bus), "--cluster-node-timeout", "2000",
-            "--repl-diskless-sync-delay", "0"]))
+        extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-port", str(free_port()), "--cluster-node-timeout", "2000",
+                 "--repl-diskless-sync-delay", "0"]
+        tls_port = None
+        if certs:
+            tls_port = free_port()
+            extra += tls_util.cluster_node_tls_args(certs, tls_port)
+        nodes.append(start_redis(tmp, "cluster", extra))
+        nodes[-1].tls_port = tls_port
     ports = [nd.port for nd in nodes]
     r = subprocess.run(["redis-cli", "--cluster", "create"] + ["127.0.0.1:%d" % p for p in ports]
                        + ["--cluster-replicas", "1", "--cluster-yes"],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         raise RuntimeError("redis-cli --cluster create: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
-
-    def nodes_of(port):
-        txt = cmd(port, "CLUSTER", "NODES").decode()
-        return [ln.split(" ") for ln in txt.splitlines() if ln.strip()]
-
-    def stable():
-        owners = None
-        for p in ports:
-            info = cmd(p, "CLUSTER", "INFO").decode()
-            if "cluster_state:ok" not in info:
-                return False
-            ns = nodes_of(p)
-            if len(ns) != n:
-                return False
-            for f in ns:
-                flags = f[2]
-                if f[7] != "connected" or any(x in flags for x in ("fail", "handshake", "noaddr")):
-                    return False
-            mine = sorted((f[0], tuple(f[8:])) for f in ns if "master" in f[2])
-            if owners is None:
-                owners = mine
-            elif mine != owners:
-                return False
-        return True
-    wait_for(stable, 60, "a stable cluster", interval=0.1)
-    primaries = [int(f[1].split(":")[1].split("@")[0]) for f in nodes_of(ports[0]) if "master" in f[2]]
+    wait_for(lambda: cluster_agrees(ports), 60, "a stable cluster", interval=0.1)
+    primaries = primaries_of(ports)
     # One write per primary: Redis 7 lists a replica in CLUSTER SLOTS only once its
     # replication offset is not 0.
     deadline = time.monotonic() + 30
@@ -364,27 +427,37 @@ def start_cluster(tmp, n=6):
                 i += 1          # another node's key: the next one
             else:
                 time.sleep(0.05)  # -CLUSTERDOWN until every slot is seen covered
-    def slots_complete():
-        for p in ports:
-            sl = cmd(p, "CLUSTER", "SLOTS")
-            if not isinstance(sl, list) or sum(e[1] - e[0] + 1 for e in sl) != 16384:
-                return False
-            if any(len(e) < 4 for e in sl):   # a range without its replica
-                return False
-        for p in ports:
-            if p in primaries:
-                continue
-            info = cmd(p, "INFO", "replication").decode()
-            if "master_link_status:up" not in info:
-                return False
-        return True
-    wait_for(slots_complete, 30, "every slot range with its replica in CLUSTER SLOTS", interval=0.1)
+    wait_for(lambda: cluster_settled(ports), 30,
+             "every slot range with its replica in CLUSTER SLOTS", interval=0.1)
     return nodes, primaries
 
 
-def wait_cluster_proxy(pr, lo, hi, real_ports):
+def failover(ports, shard):
+    """CLUSTER FAILOVER on the replica of the shard-th primary (in the order of
+    their first slot); waits (bounded) until every node names it that shard's
+    primary and the cluster is settled. Returns the seconds that took.
+    Successive failovers should take turns over the shards: a replica that won
+    an election less than 2 node timeouts ago wins its next manual failover on
+    that election's votes, without a new config epoch (Redis 7.0), and is
+    turned back into a replica at once."""
+    t = time.monotonic()
+    old = primaries_of(ports)[shard]
+    ns = cluster_nodes(old)
+    old_id = next(f[0] for f in ns if "myself" in f[2])
+    new = next(node_port(f) for f in ns if f[3] == old_id)
+    r = cmd(new, "CLUSTER", "FAILOVER")
+    if r != b"OK":
+        raise RuntimeError("CLUSTER FAILOVER on %d: %r" % (new, r))
+
+    def done():
+        return all(primaries_of([p])[shard] == new for p in ports) and cluster_settled(ports)
+    wait_for(done, 30, "replica %d taking over from %d" % (new, old), interval=0.1)
+    return time.monotonic() - t
+
+
+def wait_cluster_proxy(pr, lo, hi, real_ports, ctx=None):
     def ready():
-        sl = cmd(pr.port, "CLUSTER", "SLOTS")
+        sl = cmd(pr.port, "CLUSTER", "SLOTS", ctx=ctx)
         if not isinstance(sl, list) or sum(e[1] - e[0] + 1 for e in sl) != 16384:
             return False
         ports = set()
@@ -394,7 +467,7 @@ def wait_cluster_proxy(pr, lo, hi, real_ports):
             ports.update(x[1] for x in e[2:])
         if not all(lo <= p <= hi for p in ports) or ports & set(real_ports):
             return False
-        return all(cmd(p, "PING") == b"PONG" for p in ports)
+        return all(cmd(p, "PING", ctx=ctx) == b"PONG" for p in ports)
     wait_for(ready, 20, "ttlguard's CLUSTER SLOTS on its own ports, every listener up", interval=0.1)
 
 
@@ -543,7 +616,7 @@ def handshake_of(rec):
 def check_handshake(tmp, lib, argv, proxy_port, redis_port):
     """The library's connect sequence through ttlguard and straight to Redis: the
     same commands, the same kinds of replies, the expected commands among them."""
-    label = "%-13s %-10s connect-sequence" % (lib, "standalone")
+    label = "%-13s %-11s connect-sequence" % (lib, "standalone")
     seqs = {}
     for tgt, port in (("proxy", proxy_port), ("direct", redis_port)):
         tap = Tap(port)
@@ -580,23 +653,54 @@ def check_handshake(tmp, lib, argv, proxy_port, redis_port):
 # suites and comparison
 # --------------------------------------------------------------------------
 
-def run_suite(tmp, lib, argv, config):
-    name = "%s-%s-%s" % (lib, config["mode"], config["target"])
+def _read_until(p, marker, timeout):
+    """What the suite p prints on stdout up to and including the line with
+    marker (all of it when it ends first), bounded by timeout. Unbuffered reads,
+    so that communicate() goes on from there."""
+    fd, data = p.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while marker not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def run_suite(tmp, lib, argv, config, label=None, during=None):
+    """Run one suite with config; label names its logs (default: config's mode).
+    during: called once the suite prints {"running": true}, then the suite's
+    stdin is closed (which tells it to finish); an exception from it is fatal."""
+    name = "%s-%s-%s" % (lib, label or config["mode"], config["target"])
     config = dict(config, host="127.0.0.1", deadline_ms=SUITE_DEADLINE_MS)
     errlog = os.path.join(tmp, name + ".stderr")
     outlog = os.path.join(tmp, name + ".jsonl")
+    fatal, head = [], b""
     with open(errlog, "wb") as ef:
-        p = subprocess.Popen(argv + [json.dumps(config)], stdin=subprocess.DEVNULL,
+        p = subprocess.Popen(argv + [json.dumps(config)],
+                             stdin=subprocess.PIPE if during else subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=ef, cwd=HERE,
                              preexec_fn=_die_with_parent)
+        if during is not None:
+            head = _read_until(p, b'"running"', SUITE_DEADLINE_MS / 2000)
+            try:
+                if b'"running"' not in head:
+                    raise RuntimeError("the suite never said it was running")
+                during()
+            except Exception as e:
+                fatal.append("while the suite ran: %s" % e)
         try:
             stdout, _ = p.communicate(timeout=SUITE_DEADLINE_MS / 1000 + 10)
         except subprocess.TimeoutExpired:
             p.kill()
             stdout, _ = p.communicate(timeout=5)
+    stdout = head + stdout
     with open(outlog, "wb") as f:
         f.write(stdout)
-    recs, fatal, done = {}, [], None
+    recs, done = {}, None
     for line in stdout.decode(errors="replace").splitlines():
         try:
             o = json.loads(line)
@@ -659,7 +763,7 @@ def compare(lib, mode, proxy, direct):
             report(False, "%s %s suite (%s)" % (lib, mode, tgt), _first_lines(f))
     names = list(precs) + [n for n in drecs if n not in precs]
     for name in names:
-        label = "%-13s %-10s %s" % (lib, mode, name)
+        label = "%-13s %-11s %s" % (lib, mode, name)
         p, d = precs.get(name), drecs.get(name)
         if p is None or d is None:
             report(False, label, "missing through %s" % ("ttlguard" if p is None else "redis"))
@@ -673,6 +777,9 @@ def compare(lib, mode, proxy, direct):
             diff = first_diff(p.get("value"), d.get("value"))
             if diff:
                 probs.append("ttlguard vs redis differ at " + diff)
+            if "errors" in p and p["errors"] > d["errors"]:
+                probs.append("client errors: %d through ttlguard, %d straight to redis"
+                             % (p["errors"], d["errors"]))
             ttl_txt = []
             for k, exp in (p.get("expect_ttl") or {}).items():
                 for tgt, rec in (("proxy", p), ("direct", d)):
@@ -689,6 +796,8 @@ def compare(lib, mode, proxy, direct):
             detail = p.get("info") or ""
             if p.get("expect_ttl"):
                 detail = "TTL ttlguard/redis: " + ", ".join(ttl_txt)
+            if "errors" in p:
+                detail = "ttlguard/redis: %s / %s; %s" % (p["info"], d["info"], detail)
             report(True, label, detail)
     return pdone
 
@@ -747,27 +856,92 @@ def selected(env, default):
     return [x.strip() for x in v.split(",")] if v else default
 
 
-def run_mode(tmp, mode, proxy, direct_port, flush_ports, extra_cfg, want_events):
+def selected_libs():
     libs = selected("TTLG_CLIENTS_ONLY", [l for l, _ in LIBS])
+    return [(lib, argv) for lib, argv in LIBS if lib in libs]
+
+
+def run_mode(tmp, mode, proxy, direct_port, flush_ports, extra_cfg, want_events):
+    """Every library's suite through ttlguard and direct; the suites are told
+    extra_cfg's "mode" when it has one (cluster-tls runs the cluster suite),
+    else mode."""
     versions = {}
-    for lib, argv in LIBS:
-        if lib not in libs:
-            continue
+    for lib, argv in selected_libs():
         if mode == "standalone":
             flush(flush_ports)
             check_handshake(tmp, lib, argv, proxy.port, direct_port)
         flush(flush_ports)
         off = events_size(proxy)
-        pres = run_suite(tmp, lib, argv, dict(extra_cfg, mode=mode, target="proxy", port=proxy.port))
+        cfg = dict({"mode": mode}, **extra_cfg)
+        pres = run_suite(tmp, lib, argv, dict(cfg, target="proxy", port=proxy.port), mode)
         want = dict(want_events)
         if lib == "python3-redis" and "INCR" in want:   # redis-py sends INCR k as INCRBY k 1
             want["INCRBY"] = want.get("INCRBY", 0) + want.pop("INCR")
-        check_events("%-13s %-10s events" % (lib, mode), proxy, off, want)
+        check_events("%-13s %-11s events" % (lib, mode), proxy, off, want)
         flush(flush_ports)
-        dres = run_suite(tmp, lib, argv, dict(extra_cfg, mode=mode, target="direct", port=direct_port))
+        dres = run_suite(tmp, lib, argv, dict(cfg, target="direct", port=direct_port), mode)
         done = compare(lib, mode, pres, dres)
         if done:
             versions[lib] = done.get("version")
+    return versions
+
+
+def run_failovers(tmp, mode, proxy_port, direct_port, ports, extra_cfg):
+    """Per library, the suite's failover loop through ttlguard, then direct,
+    each while failover() moves a shard to its replica (the shards in turn)."""
+    turn = itertools.cycle(range(len(ports) // 2))
+    for lib, argv in selected_libs():
+        res = {}
+        for tgt, port in (("proxy", proxy_port), ("direct", direct_port)):
+            took = []
+            shard = next(turn)
+            res[tgt] = run_suite(tmp, lib, argv, dict(extra_cfg, mode="failover", target=tgt, port=port),
+                                 mode + "-failover",
+                                 during=lambda: took.append(failover(ports, shard)))
+            rec = res[tgt][0].get("cluster-failover")
+            if rec and took:
+                rec["info"] += ", failover %.1fs" % took[0]
+        compare(lib, mode, res["proxy"], res["direct"])
+
+
+def run_cluster(tmp, mode, crange, tls=False):
+    """The cluster checks: a cluster of its own and a ttlguard in front of it
+    (with tls: over TLS, certificates made in tmp, and the failover loops);
+    stopped at the end. Returns the libraries' versions."""
+    nodes, cprx, versions = [], None, {}
+    try:
+        t = time.monotonic()
+        certs = tls_util.make_certs(os.path.join(tmp, "certs")) if tls else None
+        ctx = tls_util.client_context(certs.ca.cert) if tls else None
+        nodes, primaries = start_cluster(tmp, certs)
+        real = [nd.port for nd in nodes]
+        lo, hi = crange
+        keys = [("cluster", "on"), ("cluster_ports", "%d-%d" % (lo, hi)),
+                ("cluster_announce", "127.0.0.1")]
+        seeds, direct, cfg = real[:2], primaries[0], {"cluster_ports": [lo, hi], "real_ports": real}
+        if tls:
+            tls_of = {nd.port: nd.tls_port for nd in nodes}
+            seeds, direct = [tls_of[p] for p in seeds], tls_of[direct]
+            keys += [("backend_tls", "on"), ("backend_tls_ca_cert_file", certs.ca.cert),
+                     ("tls_cert_file", certs.server.cert), ("tls_key_file", certs.server.key)]
+            cfg = {"mode": "cluster", "cluster_ports": [lo, hi], "tls_ca": certs.ca.cert,
+                   "real_ports": real + list(tls_of.values())}
+        keys.insert(0, ("backend", " ".join("127.0.0.1:%d" % p for p in seeds)))
+        cprx = start_ttlguard(tmp, "ttlguard-" + mode, keys, ctx)
+        wait_cluster_proxy(cprx, lo, hi, cfg["real_ports"], ctx)
+        report(True, "setup " + mode, "6 nodes :%s, ttlguard entry :%d, cluster_ports %d-%d (%.1fs)"
+               % (",".join(map(str, real)), cprx.port, lo, hi, time.monotonic() - t))
+    except Exception as e:
+        report(False, "setup " + mode, str(e))
+    else:
+        versions = run_mode(tmp, mode, cprx, direct, primaries, cfg, {"INCR": 30, "GETSET": 1})
+        if tls:
+            run_failovers(tmp, mode, cprx.port, direct, real, cfg)
+        check_proxy_end("ttlguard " + mode, cprx)
+    finally:
+        for pr in [cprx] + nodes:
+            if pr is not None:
+                pr.stop()
     return versions
 
 
@@ -787,7 +961,7 @@ def check_proxy_end(label, pr):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="ttlguard-clients.")
-    modes = selected("TTLG_CLIENTS_MODES", ["standalone", "cluster"])
+    modes = selected("TTLG_CLIENTS_MODES", ["standalone", "cluster", "cluster-tls"])
     versions = {}
     try:
         if not os.access(TTLG_BIN, os.X_OK):
@@ -798,9 +972,8 @@ def main():
                                  timeout=10).stdout.split()[2].replace("v=", "redis-server ")
         note("ttlguard %s; node %s; %s; temp %s" % (TTLG_BIN, node_v, redis_v, tmp))
 
-        crange = None
-        if "cluster" in modes:
-            crange = free_range(10)   # first, while the range is still in one piece
+        # first, while the range is still in one piece
+        cranges = {m: free_range(10) for m in ("cluster", "cluster-tls") if m in modes}
         if "standalone" in modes:
             try:
                 red = start_redis(tmp, "redis")
@@ -814,25 +987,9 @@ def main():
                 check_proxy_end("ttlguard standalone", prx)
 
         if "cluster" in modes:
-            try:
-                t = time.monotonic()
-                nodes, primaries = start_cluster(tmp)
-                real = [nd.port for nd in nodes]
-                lo, hi = crange
-                cprx = start_ttlguard(tmp, "ttlguard-cluster", [
-                    ("backend", "127.0.0.1:%d 127.0.0.1:%d" % (real[0], real[1])),
-                    ("cluster", "on"), ("cluster_ports", "%d-%d" % (lo, hi)),
-                    ("cluster_announce", "127.0.0.1")])
-                wait_cluster_proxy(cprx, lo, hi, real)
-                report(True, "setup cluster", "6 nodes :%s, ttlguard entry :%d, cluster_ports %d-%d (%.1fs)"
-                       % (",".join(map(str, real)), cprx.port, lo, hi, time.monotonic() - t))
-            except Exception as e:
-                report(False, "setup cluster", str(e))
-            else:
-                want = {"INCR": 30, "GETSET": 1}
-                versions.update(run_mode(tmp, "cluster", cprx, primaries[0], primaries,
-                                         {"cluster_ports": [lo, hi], "real_ports": real}, want))
-                check_proxy_end("ttlguard cluster", cprx)
+            versions.update(run_cluster(tmp, "cluster", cranges["cluster"]))
+        if "cluster-tls" in modes:
+            versions.update(run_cluster(tmp, "cluster-tls", cranges["cluster-tls"], tls=True))
     finally:
         stop_all()
         failed = results.count(False)

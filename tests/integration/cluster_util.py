@@ -196,11 +196,19 @@ class Cluster:
         self.wait_stable(timeout)
         return self.node_by_port(srv.port)
 
+    def cli_node(self, port):
+        """redis-cli's options and address for the node on (real, plain)
+        port: here none and its address; a TlsCluster's TLS options and TLS
+        port (where the node speaks as the cluster does: MIGRATE goes over
+        TLS with tls-cluster, so the ports redis-cli hands it must be TLS)."""
+        return [], "127.0.0.1:%d" % port
+
     def reshard(self, from_id, to_id, nslots, via=None, timeout=60):
         """`redis-cli --cluster reshard` straight to the real nodes; returns
         the slots that moved (from_id's slots before minus after)."""
         before = self._slots_of(from_id)
-        r = redis_cli("--cluster", "reshard", "127.0.0.1:%d" % (via or self.ports[0]),
+        opts, addr = self.cli_node(via or self.ports[0])
+        r = redis_cli(*opts, "--cluster", "reshard", addr,
                       "--cluster-from", from_id, "--cluster-to", to_id,
                       "--cluster-slots", nslots, "--cluster-yes", timeout=timeout)
         self.wait_stable(timeout)
@@ -448,6 +456,10 @@ class ClusterProxy(Ttlguard):
     def in_range(self, port):
         return self.range[0] <= port <= self.range[1]
 
+    def conn(self, port=None):
+        """A client connection to a node port (default: the entry port)."""
+        return Conn(port or self.port)
+
     def node_ports(self, timeout=10):
         """{real node id: proxy port}, from CLUSTER NODES through the entry
         port; waits (bounded) until the proxy shows all nodes, each on its
@@ -455,7 +467,7 @@ class ClusterProxy(Ttlguard):
         last = [None]
 
         def ok():
-            with Conn(self.port) as c:
+            with self.conn() as c:
                 r = c.cmd("CLUSTER", "NODES")
             if isinstance(r, RespError):
                 last[0] = r

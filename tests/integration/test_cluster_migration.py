@@ -13,6 +13,11 @@ time, the same client loop runs straight to the cluster, slots move:
   - classically, `redis-cli --cluster reshard` (MIGRATE / ASK), on
     harness.SERVER_BIN.
 
+Each runs on a plaintext cluster and on a TLS one (test_cluster_tls's
+TlsCluster: tls-cluster and tls-replication, so the migration itself runs
+over TLS; ttlguard with backend_tls = on and tls_listen, the clients
+through it and straight to the nodes' TLS ports speaking TLS).
+
 Asserted: no wrong reply (every GET reads back what was written); client
 errors through ttlguard no more than straight to the cluster; the moved keys
 keep a TTL (the rule's, at most 900 s) on the new owner; a -MOVED for a moved
@@ -29,6 +34,7 @@ import harness
 from harness import Conn, wait_for
 from cluster_util import ANNOUNCE, Cluster, ClusterProxy
 from test_cluster import ClientLoop
+from test_cluster_tls import TlsCluster, TlsClusterProxy, certs  # noqa: F401 (certs: a fixture)
 
 RULE = '[ttl "mig:"]\nttl = 900\naction = rewrite\n'
 NSLOTS = 100
@@ -59,10 +65,14 @@ def atomic_move(cluster, src, dst, lo, hi, kind):
     cluster.wait_stable(60)
 
 
-def run_under_load(cluster, proxy, move):
+def run_under_load(cluster, proxy, move, certs=None):
+    """Three client loops through ttlguard and two straight to the cluster
+    (over TLS with certs) while move() runs; asserts on what they saw."""
     keys = ["mig:%d" % i for i in range(300)]
-    through = [ClientLoop(proxy.port, keys[i::3]) for i in range(3)]
-    direct = [ClientLoop(cluster.ports[0], ["d" + k for k in keys[i::3]]) for i in range(2)]
+    tls = {"ssl": True, "ssl_ca_certs": certs.ca.cert} if certs else {}
+    direct_port = cluster.tls_ports[cluster.ports[0]] if certs else cluster.ports[0]
+    through = [ClientLoop(proxy.port, keys[i::3], **tls) for i in range(3)]
+    direct = [ClientLoop(direct_port, ["d" + k for k in keys[i::3]], **tls) for i in range(2)]
     for c in through + direct:
         c.start()
     try:
@@ -94,22 +104,26 @@ def check_moved(cluster, proxy, keys, src, dst, lo, hi):
     with Conn(dst["port"]) as d:
         for k in moved:
             assert 0 < d.cmd("TTL", k) <= 900, k
-    with Conn(ports[src["id"]]) as c:
+    with proxy.conn(ports[src["id"]]) as c:
         r = c.cmd("GET", moved[0])
     assert isinstance(r, harness.RespError) and r.startswith(b"MOVED"), r
     assert r.endswith(b"%s:%d" % (ANNOUNCE.encode(), ports[dst["id"]])), (r, ports)
 
 
 @contextlib.contextmanager
-def cluster_through_proxy(tmp_path, name):
+def cluster_through_proxy(tmp_path, name, certs=None):
     """A cluster of its own and ttlguard in front of it, with the rule:
-    (cluster, proxy, the first primary, the second); ttlguard must exit 0."""
+    (cluster, proxy, the first primary, the second); ttlguard must exit 0.
+    With certs: a TlsCluster and a TlsClusterProxy."""
     harness.need_binary()
-    cluster = Cluster(tmp_path / name).start()
+    cluster = (TlsCluster(tmp_path / name, certs) if certs else Cluster(tmp_path / name)).start()
     proxy = None
     try:
-        proxy = ClusterProxy(tmp_path, cluster, sections=RULE)
-        proxy.start(expect=b"+PONG")
+        if certs:
+            proxy = TlsClusterProxy(tmp_path, cluster, certs, sections=RULE).start()
+        else:
+            proxy = ClusterProxy(tmp_path, cluster, sections=RULE)
+            proxy.start(expect=b"+PONG")
         src, dst = cluster.primaries()[0], cluster.primaries()[1]
         yield cluster, proxy, src, dst
     finally:
@@ -118,19 +132,27 @@ def cluster_through_proxy(tmp_path, name):
         cluster.stop()
 
 
-def test_atomic_slot_migration_under_load(tmp_path):
+TRANSPORTS = pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+
+
+@TRANSPORTS
+def test_atomic_slot_migration_under_load(tmp_path, request, tls):
     kind = atomic_kind()
-    with cluster_through_proxy(tmp_path, "atomic") as (cluster, proxy, src, dst):
+    certs = request.getfixturevalue("certs") if tls else None
+    with cluster_through_proxy(tmp_path, "atomic", certs) as (cluster, proxy, src, dst):
         lo = src["slots"][0][0]
         hi = lo + NSLOTS - 1
         keys = run_under_load(cluster, proxy,
-                              lambda: atomic_move(cluster, src, dst, lo, hi, kind))
+                              lambda: atomic_move(cluster, src, dst, lo, hi, kind), certs)
         check_moved(cluster, proxy, keys, src, dst, lo, hi)
 
 
-def test_classic_reshard_under_load(tmp_path):
-    with cluster_through_proxy(tmp_path, "classic") as (cluster, proxy, src, dst):
+@TRANSPORTS
+def test_classic_reshard_under_load(tmp_path, request, tls):
+    certs = request.getfixturevalue("certs") if tls else None
+    with cluster_through_proxy(tmp_path, "classic", certs) as (cluster, proxy, src, dst):
         moved = []
         keys = run_under_load(cluster, proxy,
-                              lambda: moved.extend(cluster.reshard(src["id"], dst["id"], NSLOTS)))
+                              lambda: moved.extend(cluster.reshard(src["id"], dst["id"], NSLOTS)),
+                              certs)
         check_moved(cluster, proxy, keys, src, dst, min(moved), max(moved))

@@ -34,8 +34,7 @@ import pytest
 import harness
 import tls_util
 from harness import Conn, RedisServer, slow, wait_for
-from cluster_util import ANNOUNCE, Cluster, ClusterProxy, parse_nodes, real_ports_in, \
-    redis_cli
+from cluster_util import ANNOUNCE, Cluster, ClusterProxy, real_ports_in, redis_cli
 from test_cluster import ClientLoop, rcluster
 
 NODE_EXT = """\
@@ -103,13 +102,8 @@ class TlsCluster(Cluster):
         cert = node_cert(self.certs, name) if self.hostnames else self.certs.server
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes-%d.conf" % port,
                 "--cluster-port", str(harness.free_port()),
-                "--cluster-node-timeout", str(2000), "--repl-diskless-sync-delay", "0",
-                "--tls-port", str(tls_port), "--tls-cluster", "yes",
-                "--tls-replication", "yes", "--tls-cert-file", cert.cert,
-                "--tls-key-file", cert.key, "--tls-ca-cert-file", self.certs.ca.cert,
-                "--tls-client-cert-file", self.certs.client.cert,
-                "--tls-client-key-file", self.certs.client.key,
-                "--tls-auth-clients", "optional"]
+                "--cluster-node-timeout", str(2000), "--repl-diskless-sync-delay", "0"]
+        args += tls_util.cluster_node_tls_args(self.certs, tls_port, cert)
         if self.hostnames:
             args += ["--cluster-announce-hostname", name,
                      "--cluster-preferred-endpoint-type", "hostname"]
@@ -119,6 +113,9 @@ class TlsCluster(Cluster):
         self.names[port] = name
         srv.start()
         return srv
+
+    def cli_node(self, port):
+        return cli_tls(self.certs), "127.0.0.1:%d" % self.tls_ports[port]
 
 
 class TlsClusterProxy(ClusterProxy):
@@ -159,17 +156,6 @@ class TlsClusterProxy(ClusterProxy):
             raise AssertionError("ttlguard not ready:\n%s" % self.stderr())
         assert self.proc.poll() is None, self.stderr()
         return self
-
-    def node_ports(self, timeout=10):
-        def ok():
-            with self.conn() as c:
-                r = c.cmd("CLUSTER", "NODES")
-            if not isinstance(r, bytes):
-                return None
-            m = {nd["id"]: nd["port"] for nd in parse_nodes(r)}
-            ok = len(m) == self.cluster.n and all(self.in_range(p) for p in m.values())
-            return m if ok and len(set(m.values())) == self.cluster.n else None
-        return wait_for(ok, timeout, "the proxy's CLUSTER NODES over TLS", interval=0.1)
 
     def rcluster(self, **kw):
         return rcluster(self.port, ssl=True, ssl_ca_certs=self.certs.ca.cert, **kw)

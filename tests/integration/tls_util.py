@@ -340,6 +340,20 @@ class TlsRedis(harness.RedisServer):
                            % (harness.SERVER_BIN, self.port, slow(timeout), self.log()))
 
 
+def cluster_node_tls_args(certs, tls_port, cert=None):
+    """Options of a cluster node (redis-server / valkey-server) that serves
+    TLS on tls_port beside its plain port, with the cluster bus and the
+    replication over TLS too (tls-cluster, tls-replication): it shows cert
+    (default certs.server), presents certs.client on its own connections to
+    the other nodes, and asks its clients for no certificate (optional)."""
+    cert = cert or certs.server
+    return ["--tls-port", str(tls_port), "--tls-cluster", "yes", "--tls-replication", "yes",
+            "--tls-cert-file", cert.cert, "--tls-key-file", cert.key,
+            "--tls-ca-cert-file", certs.ca.cert,
+            "--tls-client-cert-file", certs.client.cert,
+            "--tls-client-key-file", certs.client.key, "--tls-auth-clients", "optional"]
+
+
 class StartTimeout(RuntimeError):
     """A TLS server that kept running but did not answer in time."""
 
