@@ -180,6 +180,8 @@ static void ask_flags(void)
     flush_out();
 }
 
+static void gap_maybe_ended(void);
+
 /* The reply to CONFIG GET notify-keyspace-events: "*2 $22 name $N flags". */
 static void flags_seen(const char *p, size_t n, char type)
 {
@@ -210,6 +212,7 @@ static void flags_seen(const char *p, size_t n, char type)
         if (!was_ok && w.problem[0])
             log_info("watch: notify-keyspace-events is \"%s\": keyspace notifications on", have);
         w.problem[0] = '\0';
+        gap_maybe_ended();
         return;
     }
     if (cfg->watch_configure) {
@@ -309,6 +312,7 @@ static void cmd_failed(struct bconn *b, const char *why, int was_ready)
 {
     if (was_ready)
         log_warn("watch: command connection lost: %s", why);
+    w.st.flags_ok = 0;              /* not known until it is read again */
     w.out.len = 0;                  /* what it owed answers went with it */
     drop_owed();
     if (!w.sub.reading && w.sub.state == BC_READY)
@@ -394,10 +398,13 @@ static void notification(struct slice chan, struct slice ev)
     w.st.checks++;
 }
 
-static void subscribed(void)
+/* The gap since the subscription was lost ends once it is back and the
+ * server's notify-keyspace-events are known to have what the rules need (a
+ * server that restarted forgot ttlguard's CONFIG SET: until it is set again,
+ * writes make no notification). */
+static void gap_maybe_ended(void)
 {
-    w.st.subscribed = 1;
-    if (w.lost_at == 0)
+    if (w.lost_at == 0 || !w.st.subscribed || !w.st.flags_ok)
         return;
     uint64_t gap = now_ms_monotonic() - w.lost_at;
     w.st.resubscribed++;
@@ -407,6 +414,12 @@ static void subscribed(void)
              "written meanwhile were not checked; run ttlguard audit for the rules' prefixes",
              (unsigned long long)gap);
     events_watch_gap(gap, w.st.missed);
+}
+
+static void subscribed(void)
+{
+    w.st.subscribed = 1;
+    gap_maybe_ended();
 }
 
 /* One whole reply on the subscription: pmessage, a confirmation, or the
