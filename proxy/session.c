@@ -56,6 +56,7 @@
 #include "control.h"
 #include "events.h"
 #include "login.h"
+#include "sentinel.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -953,6 +954,38 @@ static void forward_refused(struct session *s, const struct request *req)
     e->t0 = loop_now_ns;
 }
 
+/* The address the client reached ttlguard at: host and port (0: not TCP). */
+static int client_reached(const struct session *s, char *host, size_t hostlen)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (s->client.h.handle.type != UV_TCP ||
+        uv_tcp_getsockname(&s->client.h.tcp, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        uv_ip6_name(a, host, hostlen);
+        return ntohs(a->sin6_port);
+    }
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+    uv_ip4_name(a, host, hostlen);
+    return ntohs(a->sin_port);
+}
+
+/* SENTINEL asked of ttlguard itself, when it follows Sentinel (sentinel.h). */
+static int answer_sentinel(struct session *s, const struct request *req)
+{
+    char host[64] = "";
+    struct evbuf out = { 0 };
+    if (s->ctx->cfg->sentinel == NULL ||
+        !sentinel_answer(s->ctx->cfg, req, host, client_reached(s, host, sizeof host), &out))
+        return 0;
+    s->ctx->stats.requests++;
+    queue_local(s, out.p, out.len, 0);
+    free(out.p);
+    return 1;
+}
+
 static enum handled handle_request(struct session *s, const struct request *req)
 {
     struct req_plan pl = { .ci = command_resolve(control_facts()->commands, req->argv[0].p,
@@ -973,6 +1006,8 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
         return h;
     req = &fwd;
+    if (answer_sentinel(s, req))
+        return HR_DONE;
     if (s->mode == SM_OWN && s->ctx->cfg->multiplex)
         consider_sharing(s, req, &pl);
     enum route rt = s->mode == SM_SHARED ? shared_route(s, req, &pl) : RT_HERE;
@@ -1743,4 +1778,10 @@ void session_drain(struct session *s)
 struct session *session_next(const struct session *s)
 {
     return s->next;
+}
+
+void session_backend_moved(struct session *s, const struct target *t)
+{
+    if (s->be.t == t && s->be.state != BC_IDLE && s->be.state != BC_CLOSING)
+        bconn_lose(&s->be, "the primary moved (Sentinel switch)");
 }

@@ -1,0 +1,59 @@
+/*
+ * sentinel: the backend named by Redis Sentinel (`sentinel`, `sentinel_master`).
+ *
+ *   start, reload ──▶ sentinel_resolve(): ask the Sentinels in turn (blocking),
+ *                     check the primary's ROLE; a Sentinel that refuses the login
+ *                     or does not know the name is an error naming it
+ *   on the loop   ──▶ SUBSCRIBE +switch-master on every Sentinel; every 5 s
+ *                     SENTINEL get-master-addr-by-name on each (a missed switch)
+ *        a new address ──▶ probe: ROLE on it ──master──▶ follow(new) (server.c:
+ *                          the backend moves, old connections are lost)
+ *                     no Sentinel answered a round ──▶ ROLE on the primary in
+ *                          use: kept while it answers master (event, /healthz)
+ *
+ * Connections to Sentinels are plain TCP (TLS to Sentinel is not supported).
+ */
+#ifndef TTLG_SENTINEL_H
+#define TTLG_SENTINEL_H
+
+#include <stddef.h>
+
+#include "util.h"
+
+struct config;
+struct loop_ctx;
+struct evbuf;
+struct request;
+
+/* The primary cfg's Sentinels name, its ROLE checked (blocking, bounded by
+ * connect_timeout per connection). 0 with *primary set; -1 with
+ * "sentinel HOST:PORT: what is wrong" in err. */
+int sentinel_resolve(const struct config *cfg, struct addr *primary, char *err, size_t errlen);
+
+/* Follow the Sentinels of ctx->cfg from primary on. follow is called once a
+ * new primary answered ROLE as master. */
+void sentinel_start(struct loop_ctx *ctx, const struct addr *primary,
+                    void (*follow)(const struct addr *primary));
+
+/* A reload was accepted: its Sentinel login applies; primary is what it resolved. */
+void sentinel_apply(const struct addr *primary);
+
+/* Whether the Sentinels (addresses, master name) differ: those apply at start only. */
+int sentinel_config_changed(const struct config *a, const struct config *b);
+
+void sentinel_stop(void);
+void sentinel_free(void);
+
+/* A client's SENTINEL command, when ttlguard follows Sentinel: answered as
+ * a Sentinel would, naming ttlguard itself (host:port, the address the
+ * client reached; port 0: a unix socket) as the master's address, so that
+ * a client library configured for Sentinel can be pointed at ttlguard.
+ * Returns 1 with the reply (RESP2) appended to out; 0: not one. */
+int sentinel_answer(const struct config *cfg, const struct request *req, const char *host,
+                    int port, struct evbuf *out);
+
+/* /metrics families, and the /healthz line ("" when there is nothing to say). */
+void sentinel_metrics(struct evbuf *b);
+const char *sentinel_problem(void);
+
+#endif
