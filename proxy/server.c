@@ -93,15 +93,17 @@ static void on_commands_ready(void)
  * connection to the old one is dropped, as when it goes away. */
 static void backend_moved(struct server *srv, const struct addr *a, int sessions_too)
 {
-    target_set(&srv->backend, &srv->ctx, a, 1);
-    mux_backend_changed(sessions_too);
-    control_backend_changed();
-    watch_backend_changed();
-    audit_bg_backend_changed();
+    /* Sessions first: an idle one leaves its shared connection quietly
+     * before that connection ends the others. */
     for (struct session *s = srv->clients.all, *next; s != NULL && sessions_too; s = next) {
         next = session_next(s);
         session_backend_moved(s, &srv->backend);
     }
+    mux_backend_changed(sessions_too);
+    target_set(&srv->backend, &srv->ctx, a, 1);
+    control_backend_changed();
+    watch_backend_changed();
+    audit_bg_backend_changed();
 }
 
 static void on_sentinel_switch(const struct addr *primary)

@@ -506,6 +506,10 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         }
         return;
     }
+    if (s->end_on_input) {
+        session_close(s);           /* its backend went away at a switch */
+        return;
+    }
     loop_clock_update();
     s->ctx->stats.bytes_from_clients += (uint64_t)nread;
     s->last_active = now_ms_monotonic();
@@ -1780,8 +1784,40 @@ struct session *session_next(const struct session *s)
     return s->next;
 }
 
+/* Nothing owed, nothing pending, nothing being read or waited for: the
+ * client is between requests. */
+static int idle_at_switch(const struct session *s)
+{
+    if (s->closing || s->draining || s->q.len > 0 || reply_in_progress(s) || s->ilen > 0 ||
+        s->monitor || s->replica || s->nchan + s->npat + s->nshard > 0 || s->pin_wait ||
+        s->switch_wait || s->replaying || s->mux_owed > 0)
+        return 0;
+    return (s->mode == SM_OWN && s->be.state == BC_READY) || s->mode == SM_SHARED;
+}
+
+/* A Sentinel switch: the session's backend connection (own or shared) was
+ * to the old primary, and nothing more goes there. One that waits for a
+ * reply, or is in any transition, ends now as when Redis goes away. One
+ * that is idle is not closed at once: a client library that finds its idle
+ * connection closed reconnects without a word (redis-py) and its next
+ * request would reach the new primary, which may lack a write the old one
+ * acknowledged after the promotion. Its next request closes it instead,
+ * unsent: the client sees that request fail. Called before the shared
+ * connections fail (mux_backend_changed()). */
 void session_backend_moved(struct session *s, const struct target *t)
 {
-    if (s->be.t == t && s->be.state != BC_IDLE && s->be.state != BC_CLOSING)
+    if (s->closing || s->be.t != t)
+        return;
+    if (idle_at_switch(s)) {
+        if (s->mode == SM_OWN)
+            bconn_close(&s->be);
+        mux_forget(s);
+        s->mux = NULL;
+        session_set_mode(s, SM_LOST);
+        s->end_on_input = 1;
+        return;
+    }
+    if (s->be.state != BC_IDLE && s->be.state != BC_CLOSING)
         bconn_lose(&s->be, "the primary moved (Sentinel switch)");
+    /* shared: mux_backend_changed() ends it */
 }
