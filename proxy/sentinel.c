@@ -24,6 +24,7 @@
 #define TICK_MS 1000            /* reconnects */
 #define ASK_MS 5000             /* a question to every Sentinel, as clients re-ask */
 #define PROBE_RETRY_MS 100      /* a new primary that is not master yet, or unreachable */
+#define READONLY_MS 100         /* -READONLY replies act at most this often */
 
 struct link {
     struct bconn b;
@@ -43,23 +44,27 @@ struct sentinel_node {
 
 static struct {
     struct loop_ctx *ctx;
-    void (*follow)(const struct addr *primary);
+    const struct sentinel_hooks *hooks;
     struct sentinel_node node[MAX_SENTINELS];
     int n;
     char *user, *pass;              /* the Sentinels' login, copies */
     uv_timer_t tick, probe_timer;
     uint64_t next_ask;
-    struct addr primary;            /* in use, ROLE master when last asked */
+    struct addr primary;            /* in use (ROLE master when primary_ok) */
     char primary_name[300];
+    struct addr from;               /* the primary before the switch being confirmed */
+    long long epoch;                /* the newest config-epoch a Sentinel named it under */
+    int epoch_wait;                 /* a +switch-master was followed: its epoch is not known
+                                       yet, so no answer may name another primary */
     struct target pt;               /* the probe's target */
-    struct link probe;
-    struct addr cand;               /* what the probe asks */
-    int probe_switch;               /* the probe follows a switch (else: checks primary) */
+    struct link probe;              /* asks the primary in use its ROLE */
+    int confirming;                 /* the probe confirms a switch (else: checks primary) */
     uint64_t switch_ns;             /* when the switch was learnt */
+    uint64_t readonly_at;           /* monotonic ms of the last -READONLY acted on */
     const char *source;             /* how: "switch-master" or "ask" */
     int unreachable;                /* no Sentinel answered the last round */
     int primary_ok;                 /* the primary answered ROLE master last time */
-    uint64_t switches, last_follow_us, follow_us_sum;
+    uint64_t switches, last_follow_us;
     int running;
 } sn;
 
@@ -291,7 +296,7 @@ static void link_connect(struct link *l)
         redisReaderFree(l->rd);
     l->rd = redisReaderCreate();
     if (l->node == NULL)
-        target_set(&sn.pt, sn.ctx, &sn.cand, 1);
+        target_set(&sn.pt, sn.ctx, &sn.primary, 1);
     if (l->node != NULL) {
         l->b.user = sn.user;
         l->b.pass = sn.pass;
@@ -319,33 +324,38 @@ static void send_command(struct link *l, int argc, const char **argv)
 
 /* ---- following ----------------------------------------------------------- */
 
-static int is_primary(const struct addr *a)
+static int same_addr(const struct addr *a, const struct addr *b)
 {
-    return strcmp(a->host, sn.primary.host) == 0 && a->port == sn.primary.port;
+    return strcmp(a->host, b->host) == 0 && a->port == b->port;
 }
 
-/* Ask a's ROLE; is_switch: follow it when master, else: check the primary. */
-static void probe_start(const struct addr *a, int is_switch)
+static void set_primary(const struct addr *primary, int confirmed)
 {
-    if (is_switch && sn.probe_switch && sn.probe.b.state != BC_IDLE &&
-        strcmp(a->host, sn.cand.host) == 0 && a->port == sn.cand.port)
-        return;                     /* already asking it (every Sentinel tells) */
-    if (!is_switch && sn.probe_switch && sn.probe.b.state != BC_IDLE)
-        return;                     /* a switch is being followed */
+    sn.primary = *primary;
+    sn.primary_ok = confirmed;
+    addr_format(primary, sn.primary_name, sizeof sn.primary_name);
+}
+
+/* Ask the primary in use its ROLE. confirming: a switch waits for the
+ * answer (new clients are held); else it is the check of a primary no
+ * Sentinel vouches for, or one that answered -READONLY. */
+static void probe_start(int confirming)
+{
+    if (!confirming && sn.confirming)
+        return;                     /* the switch's own probe will tell */
     uv_timer_stop(&sn.probe_timer);
-    sn.cand = *a;
-    sn.probe_switch = is_switch;
+    sn.confirming = confirming;
     link_connect(&sn.probe);
 }
 
 static void on_probe_timer(uv_timer_t *t)
 {
-    probe_start(&sn.cand, sn.probe_switch);
+    probe_start(sn.confirming);
 }
 
 static void probe_failed(void)
 {
-    if (sn.probe_switch)
+    if (sn.confirming)
         uv_timer_start(&sn.probe_timer, on_probe_timer, PROBE_RETRY_MS, 0);
     else
         sn.primary_ok = 0;
@@ -357,23 +367,20 @@ static void probe_ready(struct link *l)
     send_command(l, 1, argv);
 }
 
-static void followed(const struct addr *from)
+static void followed(void)
 {
-    char a[300], b[300];
-    addr_format(from, a, sizeof a);
-    addr_format(&sn.primary, b, sizeof b);
+    char a[300];
+    addr_format(&sn.from, a, sizeof a);
     uint64_t us = (uv_hrtime() - sn.switch_ns) / 1000;
     sn.switches++;
     sn.last_follow_us = us;
-    sn.follow_us_sum += us;
-    snprintf(sn.primary_name, sizeof sn.primary_name, "%s", b);
     log_warn("sentinel: primary of %s moved from %s to %s (%s), followed in %.1f ms",
-             sn.ctx->cfg->sentinel_master, a, b, sn.source, us / 1000.0);
+             sn.ctx->cfg->sentinel_master, a, sn.primary_name, sn.source, us / 1000.0);
     struct evbuf e = { 0 };
     evbuf_adds(&e, "\"master\":");
     evbuf_json_str(&e, sn.ctx->cfg->sentinel_master, strlen(sn.ctx->cfg->sentinel_master));
     evbuf_printf(&e, ",\"from\":\"%s\",\"to\":\"%s\",\"source\":\"%s\",\"follow_ms\":%.3f",
-                 a, b, sn.source, us / 1000.0);
+                 a, sn.primary_name, sn.source, us / 1000.0);
     events_members(EVN_SENTINEL_SWITCH, e.p, e.len);
     free(e.p);
 }
@@ -384,7 +391,7 @@ static void probe_got(struct link *l, const redisReply *r)
                  r->element[0]->type == REDIS_REPLY_STRING &&
                  strcmp(r->element[0]->str, "master") == 0;
     bconn_close(&l->b);
-    if (!sn.probe_switch) {
+    if (!sn.confirming) {
         sn.primary_ok = master;
         return;
     }
@@ -392,28 +399,30 @@ static void probe_got(struct link *l, const redisReply *r)
         uv_timer_start(&sn.probe_timer, on_probe_timer, PROBE_RETRY_MS, 0);
         return;
     }
-    struct addr from = sn.primary;
-    sn.primary = sn.cand;
     sn.primary_ok = 1;
-    sn.probe_switch = 0;
-    sn.follow(&sn.primary);
-    followed(&from);
+    sn.confirming = 0;
+    sn.hooks->confirmed();
+    followed();
 }
 
-/* A Sentinel named addr the primary (a switch, or an answer to the round's
- * question): a new one is probed, then followed. */
-static void named(const char *host, const char *port, const char *source)
+/* A Sentinel named a new primary: from this moment nothing more goes to
+ * the old one (hooks->moving), and new clients wait until the new one
+ * answers ROLE as master (hooks->confirmed). */
+static void named(const struct addr *a, const char *source)
 {
-    struct addr a = { .is_unix = 0, .port = atoi(port) };
-    snprintf(a.host, sizeof a.host, "%s", host);
-    if (is_primary(&a))
+    if (same_addr(a, &sn.primary))
         return;
-    if (!sn.probe_switch || sn.probe.b.state == BC_IDLE) {
+    if (!sn.confirming) {
+        sn.from = sn.primary;
         sn.switch_ns = uv_hrtime();
         sn.source = source;
     }
-    probe_start(&a, 1);
+    set_primary(a, 0);
+    sn.hooks->moving(&sn.primary);
+    probe_start(1);
 }
+
+static void ask_now(void);
 
 /* ---- the Sentinels --------------------------------------------------------- */
 
@@ -423,43 +432,90 @@ static void sub_ready(struct link *l)
     send_command(l, 2, argv);
 }
 
-/* "message" "+switch-master" "NAME OLDIP OLDPORT NEWIP NEWPORT" */
+static int parse_addr(const char *host, const char *port, struct addr *a)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->host, sizeof a->host, "%s", host);
+    a->port = atoi(port);
+    return a->port > 0 && a->port < 65536 ? 0 : -1;
+}
+
+/* "message" "+switch-master" "NAME OLDIP OLDPORT NEWIP NEWPORT". Followed
+ * when it moves the primary in use; any other (a Sentinel late to tell
+ * an older switch) is left to the epochs of the next questions. */
 static void sub_got(struct link *l, const redisReply *r)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[2]->type != REDIS_REPLY_STRING ||
         r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "message") != 0)
         return;
     char name[256], oh[256], op[16], nh[256], np[16];
+    struct addr from, to;
     if (sscanf(r->element[2]->str, "%255s %255s %15s %255s %15s", name, oh, op, nh, np) != 5 ||
-        strcmp(name, sn.ctx->cfg->sentinel_master) != 0)
+        strcmp(name, sn.ctx->cfg->sentinel_master) != 0 || parse_addr(oh, op, &from) != 0 ||
+        parse_addr(nh, np, &to) != 0)
         return;
     log_info("sentinel %s: +switch-master %s", l->b.t->name, r->element[2]->str);
-    named(nh, np, "switch-master");
+    if (!same_addr(&from, &sn.primary))
+        return;
+    sn.epoch_wait = 1;              /* until a Sentinel names it with its epoch */
+    named(&to, "switch-master");
+    ask_now();
 }
 
 static void q_ready(struct link *l)
 {
-    const char *argv[3] = { "SENTINEL", "get-master-addr-by-name", sn.ctx->cfg->sentinel_master };
+    const char *argv[3] = { "SENTINEL", "MASTER", sn.ctx->cfg->sentinel_master };
     send_command(l, 3, argv);
 }
 
+/* The value of a field of SENTINEL MASTER's reply (RESP2: name, value, ...). */
+static const char *field(const redisReply *r, const char *name)
+{
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING &&
+            r->element[i + 1]->type == REDIS_REPLY_STRING && strcmp(r->element[i]->str, name) == 0)
+            return r->element[i + 1]->str;
+    return NULL;
+}
+
+static void answers_again(struct link *l)
+{
+    l->node->answered = 1;
+    if (!sn.unreachable)
+        return;
+    sn.unreachable = 0;
+    log_info("sentinel %s answers again", l->b.t->name);
+    struct evbuf e = { 0 };
+    evbuf_printf(&e, "\"sentinel\":\"%s\",\"primary\":\"%s\"", l->b.t->name, sn.primary_name);
+    events_members(EVN_SENTINEL_REACHABLE, e.p, e.len);
+    free(e.p);
+}
+
+/* The Sentinel's view of the master. Its config-epoch tells a newer view
+ * from an older one: a Sentinel that has not yet heard of a failover still
+ * names the old primary, which may answer ROLE as master for seconds more
+ * (Sentinel demotes it later), so only a primary named under an epoch newer
+ * than the one in use is followed. */
 static void q_got(struct link *l, const redisReply *r)
 {
     bconn_close(&l->b);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+    const char *ip = field(r, "ip"), *port = field(r, "port"), *epoch = field(r, "config-epoch");
+    struct addr a;
+    if (ip == NULL || port == NULL || epoch == NULL || parse_addr(ip, port, &a) != 0)
         return;
-    l->node->answered = 1;
-    if (sn.unreachable) {
-        sn.unreachable = 0;
-        log_info("sentinel %s answers again", l->b.t->name);
-        struct evbuf e = { 0 };
-        evbuf_printf(&e, "\"sentinel\":\"%s\",\"primary\":\"%s\"", l->b.t->name,
-                     sn.primary_name);
-        events_members(EVN_SENTINEL_REACHABLE, e.p, e.len);
-        free(e.p);
+    answers_again(l);
+    long long e = atoll(epoch);
+    if (same_addr(&a, &sn.primary)) {
+        if (e > sn.epoch)
+            sn.epoch = e;
+        sn.epoch_wait = 0;
+    } else if (!sn.epoch_wait && e > sn.epoch) {
+        sn.epoch = e;
+        named(&a, "ask");
+    } else {
+        log_debug("sentinel %s: names %s:%d under epoch %lld, older than %s's: ignored",
+                  l->b.t->name, a.host, a.port, e, sn.primary_name);
     }
-    named(r->element[0]->str, r->element[1]->str, "ask");
 }
 
 /* The round that ended: when no Sentinel answered, the primary in use is
@@ -480,7 +536,15 @@ static void round_end(void)
         events_members(EVN_SENTINEL_UNREACHABLE, e.p, e.len);
         free(e.p);
     }
-    probe_start(&sn.primary, 0);
+    probe_start(0);
+}
+
+/* Every Sentinel not being asked already is asked now. */
+static void ask_now(void)
+{
+    for (int i = 0; i < sn.n; i++)
+        if (sn.node[i].q.b.state == BC_IDLE)
+            link_connect(&sn.node[i].q);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -497,11 +561,21 @@ static void on_tick(uv_timer_t *t)
         return;
     sn.next_ask = now + ASK_MS;
     round_end();
-    for (int i = 0; i < sn.n; i++) {
+    for (int i = 0; i < sn.n; i++)
         sn.node[i].answered = 0;
-        if (sn.node[i].q.b.state == BC_IDLE)
-            link_connect(&sn.node[i].q);
-    }
+    ask_now();
+}
+
+void sentinel_readonly(void)
+{
+    uint64_t now = now_ms_monotonic();
+    if (!sn.running || now - sn.readonly_at < READONLY_MS)
+        return;
+    sn.readonly_at = now;
+    log_warn("sentinel: primary %s answered -READONLY: asking the Sentinels now",
+             sn.primary_name);
+    ask_now();
+    probe_start(0);
 }
 
 /* ---- the module ------------------------------------------------------------ */
@@ -514,21 +588,15 @@ static void set_login(const struct config *cfg)
     sn.pass = cfg->sentinel_password ? xstrdup(cfg->sentinel_password) : NULL;
 }
 
-static void set_primary(const struct addr *primary)
-{
-    sn.primary = *primary;
-    sn.primary_ok = 1;
-    addr_format(primary, sn.primary_name, sizeof sn.primary_name);
-}
-
 void sentinel_start(struct loop_ctx *ctx, const struct addr *primary,
-                    void (*follow)(const struct addr *primary))
+                    const struct sentinel_hooks *hooks)
 {
     sn.ctx = ctx;
-    sn.follow = follow;
+    sn.hooks = hooks;
     sn.running = 1;
+    sn.epoch = -1;
     set_login(ctx->cfg);
-    set_primary(primary);
+    set_primary(primary, 1);
     struct addr a;
     for (sn.n = 0; sn.n < MAX_SENTINELS && nth_addr(ctx->cfg->sentinel, sn.n, &a) == 0; sn.n++) {
         struct sentinel_node *nd = &sn.node[sn.n];
@@ -538,7 +606,7 @@ void sentinel_start(struct loop_ctx *ctx, const struct addr *primary,
         nd->answered = 1;           /* the start counts as an answer */
     }
     link_init(&sn.probe, &sn.pt, NULL, probe_ready, probe_got);
-    sn.next_ask = now_ms_monotonic() + ASK_MS;
+    sn.next_ask = now_ms_monotonic();     /* the first round learns the epoch */
     uv_timer_init(ctx->loop, &sn.tick);
     uv_timer_init(ctx->loop, &sn.probe_timer);
     uv_timer_start(&sn.tick, on_tick, 0, TICK_MS);
@@ -551,8 +619,8 @@ void sentinel_apply(const struct addr *primary)
     if (!sn.running)
         return;
     set_login(sn.ctx->cfg);
-    if (!is_primary(primary))
-        set_primary(primary);
+    if (!same_addr(primary, &sn.primary))
+        set_primary(primary, 1);
     for (int i = 0; i < sn.n; i++)
         bconn_close(&sn.node[i].sub.b);     /* on_tick logs in again */
 }

@@ -30,10 +30,22 @@ struct request;
  * "sentinel HOST:PORT: what is wrong" in err. */
 int sentinel_resolve(const struct config *cfg, struct addr *primary, char *err, size_t errlen);
 
-/* Follow the Sentinels of ctx->cfg from primary on. follow is called once a
- * new primary answered ROLE as master. */
+/* What the server does when the primary moves. moving(to): the switch is
+ * known; from now on nothing may be sent to the old primary, and to is the
+ * backend, but not yet confirmed: new clients wait. confirmed(): to answered
+ * ROLE as master. moving may come again before confirmed (another switch). */
+struct sentinel_hooks {
+    void (*moving)(const struct addr *to);
+    void (*confirmed)(void);
+};
+
+/* Follow the Sentinels of ctx->cfg from primary on. */
 void sentinel_start(struct loop_ctx *ctx, const struct addr *primary,
-                    void (*follow)(const struct addr *primary));
+                    const struct sentinel_hooks *hooks);
+
+/* The primary in use answered a client -READONLY: it may have been demoted
+ * by a switch not heard of; the Sentinels are asked at once. */
+void sentinel_readonly(void);
 
 /* A reload was accepted: its Sentinel login applies; primary is what it resolved. */
 void sentinel_apply(const struct addr *primary);

@@ -36,6 +36,8 @@ struct server {
 
     int listen_override;             /* --listen / --backend given: a reload keeps them */
     int backend_override;
+    int held_accepts;                /* a Sentinel switch is confirmed: clients wait */
+    struct listener *held[2];        /* plain, secure: a connection waits to be accepted */
 
     uv_timer_t cron;
     uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
@@ -106,18 +108,42 @@ static void backend_moved(struct server *srv, const struct addr *a, int sessions
     audit_bg_backend_changed();
 }
 
-static void on_sentinel_switch(const struct addr *primary)
-{
-    backend_moved(&the_server, primary, 1);
-}
-
-/* A client connects to one of the proxy's own listeners or a cluster node's. */
+/* A client connects to one of the proxy's own listeners or a cluster node's.
+ * While a Sentinel switch is confirmed it waits: libuv stops watching a
+ * listener whose connection was not accepted, so the next ones wait in the
+ * kernel's backlog until on_sentinel_confirmed() accepts it. */
 static void on_accept(struct listener *l)
 {
     struct server *srv = &the_server;
+    if (srv->held_accepts) {
+        srv->held[l == &srv->secure] = l;
+        return;
+    }
     session_accept(&srv->clients, l->h, l->tls ? srv->ctx.cfg->client_tls_ctx : NULL,
                    l->target);
 }
+
+static void on_sentinel_moving(const struct addr *to)
+{
+    the_server.held_accepts = 1;
+    backend_moved(&the_server, to, 1);
+}
+
+static void on_sentinel_confirmed(void)
+{
+    struct server *srv = &the_server;
+    srv->held_accepts = 0;
+    for (int i = 0; i < 2; i++) {
+        struct listener *l = srv->held[i];
+        srv->held[i] = NULL;
+        if (l != NULL && l->h != NULL)
+            on_accept(l);
+    }
+}
+
+static const struct sentinel_hooks sentinel_hooks = {
+    on_sentinel_moving, on_sentinel_confirmed,
+};
 
 static void on_cron(uv_timer_t *t)
 {
@@ -312,7 +338,7 @@ static void reload(struct server *srv)
     char a[300];
     addr_format(&backend_addr, a, sizeof a);
     if (strcmp(a, srv->backend.name) != 0 || backend_tls_changed(srv->ctx.cfg, cfg))
-        backend_moved(srv, &backend_addr, 0);
+        backend_moved(srv, &backend_addr, cfg->sentinel != NULL);   /* Sentinel: a switch */
 
     struct config *old = srv->ctx.cfg;
     srv->ctx.cfg = cfg;
@@ -497,7 +523,7 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
         cluster_start(&srv->ctx, cfg->tls_listen != NULL ? &srv->secure : &srv->plain,
                       on_accept);
     if (backend_text == NULL)
-        sentinel_start(&srv->ctx, &backend_addr, on_sentinel_switch);
+        sentinel_start(&srv->ctx, &backend_addr, &sentinel_hooks);
     server_timers_and_signals(srv);
     log_listening(srv);
 
