@@ -1,14 +1,17 @@
 """
 Sentinel: ttlguard in front of a primary that three real Sentinels manage
-(a primary, two replicas). Start-up errors name the Sentinel; a failover
-(SENTINEL FAILOVER, a killed primary) under load is followed, and what
-clients saw through ttlguard is compared with the same clients talking to
-the servers through redis-py's Sentinel client. The measured times are
-printed (pytest -s) and written to $TTLG_SENTINEL_REPORT when set.
+(a primary, two replicas; the Sentinels are the server binary of the pass in
+its --sentinel mode). Start-up errors name the Sentinel; a -READONLY from the
+primary makes ttlguard ask again at once; a failover (SENTINEL FAILOVER, a
+killed primary) under redis-benchmark load is followed, and what checking
+clients saw through ttlguard is compared with the same clients using
+redis-py's Sentinel client. The figures are printed (pytest -s) and
+appended to $TTLG_SENTINEL_REPORT when set.
 """
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -17,39 +20,66 @@ import urllib.request
 import pytest
 
 import harness
-from harness import Conn, RedisServer, enc, slow, wait_for
+from harness import Conn, RedisServer, slow, wait_for
 
 redis = pytest.importorskip("redis")
 from redis.sentinel import Sentinel  # noqa: E402
 
 MASTER = "mymaster"
+# Replicas resynchronise at once: no delay before a diskless transfer.
+REPL_ARGS = ["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]
+
+
+def server_cmd(port, *args):
+    with Conn(port) as c:
+        return c.cmd(*args)
+
+
+def info_field(port, section, name):
+    for line in server_cmd(port, "INFO", section).decode().splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1]
+    return None
+
+
+def field(pairs, name):
+    """A field of a RESP2 flat list of names and values (SENTINEL replies)."""
+    d = dict(zip(pairs[::2], pairs[1::2]))
+    return d.get(name.encode())
 
 
 class SentinelProc:
-    """redis-server --sentinel on a free loopback port, killed by PID."""
+    """The pass's server binary in --sentinel mode on a free loopback port,
+    killed by PID."""
 
     def __init__(self, tmpdir, primary_port):
         self.port = harness.free_port()
         self.dir = os.path.join(str(tmpdir), "sentinel-%d" % self.port)
         os.makedirs(self.dir, exist_ok=True)
-        self.conf = os.path.join(self.dir, "sentinel.conf")
-        with open(self.conf, "w") as f:
+        conf = os.path.join(self.dir, "sentinel.conf")
+        with open(conf, "w") as f:
             f.write("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/log\n"
                     "sentinel monitor %s 127.0.0.1 %d 2\n"
                     "sentinel down-after-milliseconds %s 1000\n"
-                    "sentinel failover-timeout %s 10000\n"
-                    "sentinel parallel-syncs %s 1\n"
+                    "sentinel failover-timeout %s 5000\n"
+                    "sentinel parallel-syncs %s 2\n"
                     % (self.port, self.dir, self.dir, MASTER, primary_port, MASTER, MASTER,
                        MASTER))
-        self.proc = subprocess.Popen([harness.SERVER_BIN, self.conf, "--sentinel"],
+        self.proc = subprocess.Popen([harness.SERVER_BIN, conf, "--sentinel"],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         wait_for(lambda: harness._ping_ok(self.port, expect=None), slow(10),
                  "sentinel on %d" % self.port)
 
     def cmd(self, *args):
-        with Conn(self.port) as c:
-            return c.cmd(*args)
+        return server_cmd(self.port, *args)
+
+    def ready(self):
+        """It sees both replicas linked and the two other Sentinels."""
+        reps = self.cmd("SENTINEL", "replicas", MASTER)
+        return (len(reps) == 2 and len(self.cmd("SENTINEL", "sentinels", MASTER)) == 2 and
+                all(field(r, "flags") == b"slave" and field(r, "master-link-status") == b"ok"
+                    for r in reps))
 
     def stop(self):
         if self.proc is not None:
@@ -59,17 +89,20 @@ class SentinelProc:
 
 class Topology:
     def __init__(self, tmp_path):
-        self.primary = RedisServer(tmp_path, name="primary").start()
+        self.primary = RedisServer(tmp_path, name="primary", extra_args=REPL_ARGS).start()
         self.replicas = [RedisServer(tmp_path, name="replica",
-                                     extra_args=["--replicaof", "127.0.0.1",
-                                                 str(self.primary.port)]).start()
+                                     extra_args=REPL_ARGS + ["--replicaof", "127.0.0.1",
+                                                             str(self.primary.port)]).start()
                          for _ in range(2)]
         self.servers = [self.primary] + self.replicas
         self.sentinels = [SentinelProc(tmp_path, self.primary.port) for _ in range(3)]
+        for r in self.replicas:
+            wait_for(lambda: info_field(r.port, "replication", "master_link_status") == "up",
+                     slow(20),
+                     "replica %d linked" % r.port)
         for s in self.sentinels:
-            wait_for(lambda: len(s.cmd("SENTINEL", "replicas", MASTER)) == 2 and
-                     len(s.cmd("SENTINEL", "sentinels", MASTER)) == 2, slow(30),
-                     "sentinel %d sees the replicas and the other Sentinels" % s.port)
+            wait_for(s.ready, slow(30), "sentinel %d sees the replicas linked and the other "
+                     "Sentinels" % s.port)
 
     def addrs(self):
         return " ".join("127.0.0.1:%d" % s.port for s in self.sentinels)
@@ -81,9 +114,7 @@ class Topology:
         return next(s for s in self.servers if s.port == port)
 
     def stop(self):
-        for s in self.sentinels:
-            s.stop()
-        for s in self.servers:
+        for s in self.sentinels + self.servers:
             s.stop()
 
 
@@ -96,15 +127,13 @@ def topo(tmp_path):
 
 
 def proxy_for(tmp_path, topo, extra=""):
-    """A ttlguard whose backend is the Sentinels' master (its config
-    written here: no backend key)."""
+    """A ttlguard whose backend is the Sentinels' master (no backend key)."""
     p = harness.Ttlguard(tmp_path, 0)
-    admin = harness.free_port()
-    p.admin_port = admin
+    p.admin_port = harness.free_port()
     with open(p.config_path, "w") as f:
         f.write("[proxy]\nlisten = 127.0.0.1:%d\nsentinel = %s\nsentinel_master = %s\n"
                 "admin = 127.0.0.1:%d\nevents = %s/events.jsonl\n%s"
-                % (p.port, topo.addrs(), MASTER, admin, p.dir, extra))
+                % (p.port, topo.addrs(), MASTER, p.admin_port, p.dir, extra))
     return p
 
 
@@ -160,121 +189,229 @@ def test_serves_the_primary_and_reload_keeps_old_config(tmp_path, topo):
         assert p.stop() == 0
 
 
-class Load:
-    """Client threads: SET then GET of their own key, checking the reply.
-    make() returns a redis-py client; errors reconnect (redis-py does)."""
+def test_readonly_from_the_primary_asks_at_once(tmp_path, topo):
+    """The primary turns replica behind the Sentinels' back (FAILOVER on
+    the primary itself): the client gets the server's own -READONLY, and
+    ttlguard asks again at once instead of at its next 5 s round."""
+    p = proxy_for(tmp_path, topo).start()
+    try:
+        with Conn(p.port) as c:
+            assert c.cmd("SET", "k", "v") == b"OK"
+            target = topo.replicas[0].port
+            assert server_cmd(topo.primary.port, "FAILOVER", "TO", "127.0.0.1", target) == b"OK"
+            wait_for(lambda: server_cmd(topo.primary.port, "ROLE")[0] == b"slave", slow(10),
+                     "the primary turned replica")
+            direct = server_cmd(topo.primary.port, "SET", "k", "v2")
+            got = c.cmd("SET", "k", "v2")
+            t0 = time.monotonic()
+            assert got == direct and got.startswith(b"READONLY"), (got, direct)
+            wait_for(lambda: "does not answer ROLE as master" in admin_get(p, "/healthz"),
+                     1.0, "the primary's ROLE asked again")
+            assert time.monotonic() - t0 < 1.0
+        assert "answered -READONLY: asking the Sentinels now" in p.stderr()
+    finally:
+        assert p.stop() == 0
 
-    def __init__(self, tag, make, n=4):
+
+class Load:
+    """Checking clients: each thread writes its own key then reads it back
+    on one redis-py client, as an application does; a reply that differs
+    from what it just wrote is wrong. Errors are counted (redis-py
+    reconnects at the next call). A thread marked as timer asks INFO server
+    instead and records when each server (run_id) first answered."""
+
+    def __init__(self, tag, make, n=3):
         self.tag, self.make, self.stop_ev = tag, make, threading.Event()
         self.ok, self.errors, self.wrong = 0, {}, 0
-        self.oks = []               # monotonic time of every success
+        self.oks, self.first_from = [], {}
+        self.acked = {}             # key: the last value the server acknowledged
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
                         for i in range(n)]
+        self.threads.append(threading.Thread(target=self.time_servers, daemon=True))
         for t in self.threads:
             t.start()
 
+    def error(self, e):
+        name = type(e).__name__ + (": " + str(e).split(" ")[0] if str(e) else "")
+        with self.lock:
+            self.errors[name] = self.errors.get(name, 0) + 1
+        time.sleep(0.005)
+
     def run(self, i):
-        c = self.make()
-        n = 0
+        c, n, key = self.make(), 0, "chk:%s:%d" % (self.tag, i)
         while not self.stop_ev.is_set():
             n += 1
-            key, val = "load:%s:%d" % (self.tag, i), str(n)
             try:
-                c.set(key, val)
+                c.set(key, n)
+                with self.lock:
+                    self.acked[key] = n
                 got = c.get(key)
-                with self.lock:
-                    if got != val.encode():
-                        self.wrong += 1
-                    else:
-                        self.ok += 1
-                        self.oks.append(time.monotonic())
-            except Exception as e:     # noqa: BLE001: any client error is counted
-                name = type(e).__name__ + (": " + str(e).split(" ")[0] if str(e) else "")
-                with self.lock:
-                    self.errors[name] = self.errors.get(name, 0) + 1
-                time.sleep(0.01)
+            except Exception as e:     # noqa: BLE001: every client error is counted
+                self.error(e)
+                continue
+            with self.lock:
+                if got != str(n).encode():
+                    self.wrong += 1
+                else:
+                    self.ok += 1
+                    self.oks.append(time.monotonic())
+
+    def time_servers(self):
+        c = self.make()
+        while not self.stop_ev.is_set():
+            try:
+                run_id = c.info("server")["run_id"]
+            except Exception as e:     # noqa: BLE001
+                self.error(e)
+                continue
+            self.first_from.setdefault(run_id, time.monotonic())
+            time.sleep(0.002)
 
     def finish(self):
         self.stop_ev.set()
         for t in self.threads:
             t.join(10)
 
-    def first_ok_after(self, t0):
+    def oks_after(self, t0):
         with self.lock:
-            return min((t for t in self.oks if t > t0), default=None)
+            return sum(1 for t in self.oks if t > t0)
+
+    def lost(self, port):
+        """Acknowledged writes the server at port does not have."""
+        r = redis.Redis(port=port)
+        return sum(n - int(r.get(k) or 0) for k, n in self.acked.items())
 
     def summary(self):
         return {"ok": self.ok, "wrong": self.wrong, "errors": self.errors}
 
 
-def switch_watcher(sentinel):
-    """A thread recording when +switch-master reaches a subscriber."""
-    got = {}
+class Benchmark:
+    """redis-benchmark through ttlguard until stopped; it exits when a
+    connection breaks (as at a switch) and is started again."""
 
-    def run():
-        with Conn(sentinel.port, timeout=60) as c:
+    def __init__(self, port):
+        self.port, self.runs, self.stop_ev = port, 0, threading.Event()
+        self.proc = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        exe = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
+        while not self.stop_ev.is_set():
+            self.runs += 1
+            self.proc = subprocess.Popen([exe, "-p", str(self.port), "-c", "8", "-n", "200000",
+                                          "-t", "set,get", "-r", "10000", "-q"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.proc.wait()
+            time.sleep(0.05)
+
+    def finish(self):
+        self.stop_ev.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        self.thread.join(10)
+
+
+def switch_watcher(topo):
+    """The earliest moment +switch-master reaches a subscriber of any Sentinel."""
+    got, lock = {}, threading.Lock()
+
+    def run(port):
+        with Conn(port, timeout=60) as c:
             c.cmd("SUBSCRIBE", "+switch-master")
             msg = c.reply(timeout=60)
-            got["at"] = time.monotonic()
-            got["msg"] = msg
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
+            with lock:
+                got.setdefault("at", time.monotonic())
+                got.setdefault("msg", msg)
+    for s in topo.sentinels:
+        threading.Thread(target=run, args=(s.port,), daemon=True).start()
     time.sleep(0.2)
     return got
+
+
+def ttlguard_conns(port):
+    """Clients of the server at port that are ttlguard's: not a Sentinel's,
+    not a replica, not the direct checking clients, not this one."""
+    lines = server_cmd(port, "CLIENT", "LIST", "TYPE", "normal").decode().splitlines()
+    return [ln for ln in lines if " name=sentinel-" not in ln and " name=chk-direct" not in ln
+            and "cmd=client" not in ln]
 
 
 @pytest.mark.parametrize("how", ["failover", "kill"])
 def test_failover_under_load(tmp_path, topo, how):
     p = proxy_for(tmp_path, topo).start()
     old = topo.master_port()
+    run_ids = {s.port: info_field(s.port, "server", "run_id") for s in topo.servers}
     sent = Sentinel([("127.0.0.1", s.port) for s in topo.sentinels], socket_timeout=2)
-    through = Load("through", lambda: redis.Redis(port=p.port, socket_timeout=2,
-                                       retry_on_timeout=False))
-    direct = Load("direct", lambda: sent.master_for(MASTER, socket_timeout=2))
+    through = Load("through", lambda: redis.Redis(port=p.port, socket_timeout=2))
+    direct = Load("direct", lambda: sent.master_for(MASTER, socket_timeout=2,
+                                                    client_name="chk-direct"))
+    bench = Benchmark(p.port)
+    idle, sub = Conn(p.port), Conn(p.port)
     try:
+        assert idle.cmd("SET", "idle", "1") == b"OK"
+        assert sub.cmd("SUBSCRIBE", "ch") == [b"subscribe", b"ch", 1]
         time.sleep(1.0)
-        got = switch_watcher(topo.sentinels[1])
+        got = switch_watcher(topo)
         t_start = time.monotonic()
         if how == "failover":
             assert topo.sentinels[0].cmd("SENTINEL", "FAILOVER", MASTER) == b"OK"
         else:
             topo.server(old).stop()
-        wait_for(lambda: "at" in got, slow(60), "+switch-master")
+        wait_for(lambda: "at" in got, slow(40), "+switch-master")
         wait_for(lambda: events(p, "sentinel_switch"), slow(10), "ttlguard's switch event")
         t_sw = got["at"]
-        time.sleep(3.0)
+        if how == "failover":       # the old primary is up: ttlguard left it
+            wait_for(lambda: not ttlguard_conns(old), 1.0, "ttlguard's connections to the "
+                     "old primary closed")
+        with pytest.raises((EOFError, OSError)):
+            sub.reply(timeout=2)    # a subscriber is closed at once
+        with pytest.raises((EOFError, OSError)):
+            idle.send(b"*1\r\n$4\r\nPING\r\n")    # an idle client: at its next
+            idle.reply(timeout=2)                   # request, unsent
+        time.sleep(2.5)
+        left = ttlguard_conns(old) if how == "failover" else []
     finally:
+        bench.finish()
         through.finish()
         direct.finish()
+        idle.close()
+        sub.close()
     new = topo.master_port()
     assert new != old
-    ev = events(p, "sentinel_switch")[-1]
-    assert ev["to"] == "127.0.0.1:%d" % new and ev["from"] == "127.0.0.1:%d" % old
-    first_through, first_direct = through.first_ok_after(t_sw), direct.first_ok_after(t_sw)
-    assert first_through is not None, through.summary()
-    m = admin_get(p, "/metrics")
-    assert "ttlguard_sentinel_switches_total 1" in m
-    with Conn(p.port) as c:
-        assert c.cmd("ROLE")[0] == b"master"
-        assert c.cmd("SET", "after", "1") == b"OK"
+    ev = events(p, "sentinel_switch")
+    assert len(ev) == 1 and ev[0]["to"] == "127.0.0.1:%d" % new and \
+        ev[0]["from"] == "127.0.0.1:%d" % old, ev
+    first = {k: load.first_from.get(run_ids[new]) for k, load in
+             (("through", through), ("direct", direct))}
     report = {
-        "how": how,
-        "kill_or_failover_to_switch_s": round(t_sw - t_start, 3),
-        "ttlguard_follow_ms": ev["follow_ms"],
-        "switch_to_first_reply_through_ttlguard_s": round(first_through - t_sw, 3),
-        "switch_to_first_reply_direct_sentinel_s":
-            None if first_direct is None else round(first_direct - t_sw, 3),
-        "through_ttlguard": through.summary(),
-        "direct_via_sentinel": direct.summary(),
+        "how": how, "server": os.path.basename(harness.SERVER_BIN),
+        "proxy_conf": os.environ.get("TTLG_PROXY_CONF", ""),
+        "trigger_to_switch_master_s": round(t_sw - t_start, 3),
+        "ttlguard_follow_ms": ev[0]["follow_ms"],
+        "switch_master_to_first_reply_from_new_primary_s": {
+            k: None if v is None else round(v - t_sw, 3) for k, v in first.items()},
+        "through_ttlguard": dict(through.summary(), lost_acked_writes=through.lost(new),
+                                 oks_after_switch=through.oks_after(t_sw)),
+        "direct_via_sentinel": dict(direct.summary(), lost_acked_writes=direct.lost(new),
+                                    oks_after_switch=direct.oks_after(t_sw)),
+        "benchmark_runs": bench.runs,
     }
     print("\nSENTINEL REPORT " + json.dumps(report))
     if os.environ.get("TTLG_SENTINEL_REPORT"):
         with open(os.environ["TTLG_SENTINEL_REPORT"], "a") as f:
             f.write(json.dumps(report) + "\n")
-    assert through.wrong == 0 and direct.wrong == 0, report
-    assert ev["follow_ms"] < 1000, report
-    assert first_through - t_sw < 1.0, report
+    assert through.wrong == 0, report
+    assert left == [], (left, report)
+    assert ev[0]["follow_ms"] < 1000, report
+    assert first["through"] is not None and first["through"] - t_sw < 1.0, report
+    assert through.oks_after(t_sw) > 0 and bench.runs >= 1, report
+    assert "ttlguard_sentinel_switches_total 1" in admin_get(p, "/metrics")
+    with Conn(p.port) as c:
+        assert c.cmd("ROLE")[0] == b"master"
+        assert c.cmd("SET", "after", "1") == b"OK"
+    assert redis.Redis(port=new).get("after") == b"1"
     assert p.stop() == 0
 
 
