@@ -3,8 +3,8 @@
  *
  * Every connection here is a link: a bconn (backend.c) whose replies are
  * parsed by a hiredis reader and handed whole to the link's `got`. Each
- * Sentinel has two: `sub`, subscribed to +switch-master, and `q`, opened
- * for one question a round. The probe asks a candidate primary its ROLE.
+ * Sentinel has two: `sub`, subscribed to its failover events, and `q`, opened
+ * for one question a round. The probe asks the primary in use its ROLE.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -54,14 +54,14 @@ static struct {
     char primary_name[300];
     struct addr from;               /* the primary before the switch being confirmed */
     long long epoch;                /* the newest config-epoch a Sentinel named it under */
-    int epoch_wait;                 /* a +switch-master was followed: its epoch is not known
-                                       yet, so no answer may name another primary */
+    int epoch_wait;                 /* an event was followed: the new primary's epoch is
+                                       not known yet, so no answer may name another one */
     struct target pt;               /* the probe's target */
     struct link probe;              /* asks the primary in use its ROLE */
     int confirming;                 /* the probe confirms a switch (else: checks primary) */
     uint64_t switch_ns;             /* when the switch was learnt */
     uint64_t readonly_at;           /* monotonic ms of the last -READONLY acted on */
-    const char *source;             /* how: "switch-master" or "ask" */
+    char source[16];                /* how: "promoted-slave", "switch-master" or "ask" */
     int unreachable;                /* no Sentinel answered the last round */
     int primary_ok;                 /* the primary answered ROLE master last time */
     uint64_t switches, last_follow_us;
@@ -415,7 +415,7 @@ static void named(const struct addr *a, const char *source)
     if (!sn.confirming) {
         sn.from = sn.primary;
         sn.switch_ns = uv_hrtime();
-        sn.source = source;
+        snprintf(sn.source, sizeof sn.source, "%s", source);
     }
     set_primary(a, 0);
     sn.hooks->moving(&sn.primary);
@@ -428,8 +428,8 @@ static void ask_now(void);
 
 static void sub_ready(struct link *l)
 {
-    const char *argv[2] = { "SUBSCRIBE", "+switch-master" };
-    send_command(l, 2, argv);
+    const char *argv[3] = { "SUBSCRIBE", "+switch-master", "+promoted-slave" };
+    send_command(l, 3, argv);
 }
 
 static int parse_addr(const char *host, const char *port, struct addr *a)
@@ -440,25 +440,42 @@ static int parse_addr(const char *host, const char *port, struct addr *a)
     return a->port > 0 && a->port < 65536 ? 0 : -1;
 }
 
-/* "message" "+switch-master" "NAME OLDIP OLDPORT NEWIP NEWPORT". Followed
- * when it moves the primary in use; any other (a Sentinel late to tell
- * an older switch) is left to the epochs of the next questions. */
+/* The old and the new primary of sentinel_master in a Sentinel's event:
+ *   +promoted-slave "slave IP:PORT IP PORT @ NAME OLDIP OLDPORT": the leader
+ *       of a failover saw the replica it chose answer as master. What the
+ *       old primary acknowledges from then on is lost, so it is left now,
+ *       not a second or more later at +switch-master (once the other
+ *       replicas follow the new one);
+ *   +switch-master "NAME OLDIP OLDPORT NEWIP NEWPORT".
+ * 0, or -1: another master, or not readable. */
+static int event_addrs(const char *channel, const char *text, struct addr *from,
+                       struct addr *to)
+{
+    char name[256], oh[256], op[16], nh[256], np[16], replica[300];
+    int ok = strcmp(channel, "+switch-master") == 0
+             ? sscanf(text, "%255s %255s %15s %255s %15s", name, oh, op, nh, np) == 5
+             : sscanf(text, "slave %299s %255s %15s @ %255s %255s %15s", replica, nh, np, name,
+                      oh, op) == 6;
+    return ok && strcmp(name, sn.ctx->cfg->sentinel_master) == 0 &&
+           parse_addr(oh, op, from) == 0 && parse_addr(nh, np, to) == 0 ? 0 : -1;
+}
+
+/* "message" CHANNEL TEXT. Followed when it moves the primary in use; any
+ * other (a Sentinel late to tell an older switch, the +switch-master after
+ * its +promoted-slave) is left to the epochs of the next questions. */
 static void sub_got(struct link *l, const redisReply *r)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[2]->type != REDIS_REPLY_STRING ||
-        r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "message") != 0)
-        return;
-    char name[256], oh[256], op[16], nh[256], np[16];
     struct addr from, to;
-    if (sscanf(r->element[2]->str, "%255s %255s %15s %255s %15s", name, oh, op, nh, np) != 5 ||
-        strcmp(name, sn.ctx->cfg->sentinel_master) != 0 || parse_addr(oh, op, &from) != 0 ||
-        parse_addr(nh, np, &to) != 0)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
+        r->element[2]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "message") != 0 ||
+        event_addrs(r->element[1]->str, r->element[2]->str, &from, &to) != 0)
         return;
-    log_info("sentinel %s: +switch-master %s", l->b.t->name, r->element[2]->str);
+    log_info("sentinel %s: %s %s", l->b.t->name, r->element[1]->str, r->element[2]->str);
     if (!same_addr(&from, &sn.primary))
         return;
     sn.epoch_wait = 1;              /* until a Sentinel names it with its epoch */
-    named(&to, "switch-master");
+    named(&to, r->element[1]->str + 1);     /* the channel without its '+' */
     ask_now();
 }
 
@@ -513,8 +530,8 @@ static void q_got(struct link *l, const redisReply *r)
         sn.epoch = e;
         named(&a, "ask");
     } else {
-        log_debug("sentinel %s: names %s:%d under epoch %lld, older than %s's: ignored",
-                  l->b.t->name, a.host, a.port, e, sn.primary_name);
+        log_info("sentinel %s: names %s:%d (epoch %lld), no newer view than %s's: ignored",
+                 l->b.t->name, a.host, a.port, e, sn.primary_name);
     }
 }
 
@@ -671,8 +688,8 @@ void sentinel_metrics(struct evbuf *b)
                  "# TYPE ttlguard_sentinel_switches_total counter\n"
                  "ttlguard_sentinel_switches_total %llu\n", (unsigned long long)sn.switches);
     evbuf_printf(b, "# HELP ttlguard_sentinel_follow_seconds From learning of a switch "
-                 "(+switch-master, or a Sentinel's answer) to the new primary in use, its ROLE "
-                 "checked: the last switch.\n# TYPE ttlguard_sentinel_follow_seconds gauge\n"
+                 "(+promoted-slave, +switch-master, or a Sentinel's answer) to the new primary's "
+                 "ROLE saying master: the last switch.\n# TYPE ttlguard_sentinel_follow_seconds gauge\n"
                  "ttlguard_sentinel_follow_seconds %.6f\n", sn.last_follow_us / 1e6);
 }
 

@@ -4,12 +4,15 @@
  *   start, reload ──▶ sentinel_resolve(): ask the Sentinels in turn (blocking),
  *                     check the primary's ROLE; a Sentinel that refuses the login
  *                     or does not know the name is an error naming it
- *   on the loop   ──▶ SUBSCRIBE +switch-master on every Sentinel; every 5 s
- *                     SENTINEL get-master-addr-by-name on each (a missed switch)
- *        a new address ──▶ probe: ROLE on it ──master──▶ follow(new) (server.c:
- *                          the backend moves, old connections are lost)
- *                     no Sentinel answered a round ──▶ ROLE on the primary in
- *                          use: kept while it answers master (event, /healthz)
+ *   on the loop   ──▶ SUBSCRIBE +promoted-slave and +switch-master on every
+ *                     Sentinel; SENTINEL MASTER on each every 5 s, and at once
+ *                     after a -READONLY from the primary (a switch missed:
+ *                     followed when named under a newer config-epoch)
+ *        a switch of the primary in use ──▶ hooks->moving(new) (server.c: old
+ *             connections are lost, new clients wait) ──▶ ROLE on the new one,
+ *             every 100 ms until master ──▶ hooks->confirmed() (clients go there)
+ *        no Sentinel answered a round ──▶ ROLE on the primary in use: kept
+ *             while it answers master (event, /healthz)
  *
  * Connections to Sentinels are plain TCP (TLS to Sentinel is not supported).
  */
