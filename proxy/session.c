@@ -1784,14 +1784,15 @@ struct session *session_next(const struct session *s)
     return s->next;
 }
 
-/* Nothing owed, nothing pending, nothing being read or waited for, and
- * nothing Redis would send unasked (pub/sub, MONITOR, a replication stream,
- * RESP3 tracking pushes): the client is between requests. */
+/* Nothing owed, nothing pending, nothing being read, streamed or waited
+ * for, and nothing Redis would send unasked (pub/sub, MONITOR, a replication
+ * stream, RESP3 tracking pushes): the client is between requests. */
 static int idle_at_switch(const struct session *s)
 {
     if (s->closing || s->draining || s->q.len > 0 || reply_in_progress(s) || s->ilen > 0 ||
-        s->monitor || s->replica || s->nchan + s->npat + s->nshard > 0 || s->pushes ||
-        s->pin_wait || s->switch_wait || s->replaying || s->mux_owed > 0)
+        (s->framer != NULL && req_framer_streaming(s->framer)) || s->monitor || s->replica ||
+        s->nchan + s->npat + s->nshard > 0 || s->pushes || s->pin_wait || s->switch_wait ||
+        s->replaying || s->mux_owed > 0)
         return 0;
     return (s->mode == SM_OWN && s->be.state == BC_READY) || s->mode == SM_SHARED;
 }
