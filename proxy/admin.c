@@ -37,6 +37,7 @@
 #include "control.h"
 #include "events.h"
 #include "loop.h"
+#include "sentinel.h"
 #include "session.h"
 #include "stats.h"
 #include "watch.h"
@@ -484,6 +485,7 @@ static void render_metrics(struct evbuf *b)
     if (adm.ctx->cfg->watch)
         render_watch(b);
     audit_bg_metrics(b);
+    sentinel_metrics(b);
     render_rule_counters(b, &lab);
     render_backend(b, &lab);
     if (adm.ctx->cfg->cluster)
@@ -524,13 +526,14 @@ static void render_rules(struct evbuf *b)
  * first line of /healthz (they do not make it unhealthy). */
 static void health_text(char *text, size_t len, const char *first)
 {
-    const char *w = watch_problem(), *au = audit_bg_problem();
-    snprintf(text, len, "%s%s%s%s%s", first, w, w[0] ? "\n" : "", au, au[0] ? "\n" : "");
+    const char *w = watch_problem(), *au = audit_bg_problem(), *se = sentinel_problem();
+    snprintf(text, len, "%s%s%s%s%s%s%s", first, w, w[0] ? "\n" : "", au, au[0] ? "\n" : "",
+             se, se[0] ? "\n" : "");
 }
 
 static void health_answer(struct admin_conn *c, int head, int keep_alive)
 {
-    char text[1200], first[800];
+    char text[2000], first[800];
     if (adm.health_ok) {
         health_text(text, sizeof text, "ok\n");
         answer_text(c, 200, text, head, keep_alive, NULL);

@@ -156,6 +156,14 @@ static void bconn_fail(struct bconn *b, const char *why, int reason_set)
     b->ops->failed(b, why, was_ready);
 }
 
+void bconn_lose(struct bconn *b, const char *why)
+{
+    if (b->state != BC_READY)
+        snprintf(b->t->down_reason, sizeof b->t->down_reason,
+                 "ERR ttlguard: backend %.160s: %.300s", b->t->name, why);
+    bconn_fail(b, why, 1);
+}
+
 static void on_bconn_written(void *ctx, int status)
 {
     struct bconn *b = ctx;

@@ -120,6 +120,10 @@ void bconn_connect(struct bconn *b, int with_auth);
 int bconn_write(struct bconn *b, struct wbatch *wb);
 int bconn_write_bytes(struct bconn *b, const char *p, size_t n);
 
+/* The backend went away for its owner (a Sentinel switch): ops->failed, as
+ * when the connection is lost; why is what the owner is told. */
+void bconn_lose(struct bconn *b, const char *why);
+
 void bconn_read_start(struct bconn *b);
 void bconn_read_stop(struct bconn *b);
 

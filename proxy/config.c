@@ -89,6 +89,7 @@ static int parse_text(const struct conf_key *, enum section_kind, const char *, 
 static int parse_listen(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_backend(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_audit_from(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
+static int parse_addr_list(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_port_range(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_secret(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
 static int parse_digest(const struct conf_key *, enum section_kind, const char *, void *, char *, size_t);
@@ -105,6 +106,10 @@ static const struct conf_key conf_keys[] = {
     { "backend",             IN_PROXY, parse_backend,  CFG(backend),             0, 0, NULL },
     { "backend_username",    IN_PROXY, parse_optional, CFG(backend_username),    0, 0, NULL },
     { "backend_password",    IN_PROXY, parse_optional, CFG(backend_password),    0, 0, NULL },
+    { "sentinel",            IN_PROXY, parse_addr_list, CFG(sentinel),           0, 0, NULL },
+    { "sentinel_master",     IN_PROXY, parse_optional, CFG(sentinel_master),     0, 0, NULL },
+    { "sentinel_username",   IN_PROXY, parse_optional, CFG(sentinel_username),   0, 0, NULL },
+    { "sentinel_password",   IN_PROXY, parse_optional, CFG(sentinel_password),   0, 0, NULL },
     { "client_password",     IN_PROXY, parse_secret,   CFG(client_password),     0, 0, NULL },
     { "protected_mode",      IN_PROXY, parse_choice,   CFG(protected_mode),      0, 0, "no|yes" },
     { "auth_timeout",        IN_PROXY, parse_uint,     CFG(auth_timeout),        0, DURATION_MAX, "seconds (0 = off)" },
@@ -391,6 +396,28 @@ static int parse_admin(const struct conf_key *k, enum section_kind in, const cha
     return 0;
 }
 
+/* Addresses separated by spaces, each checked; the field keeps them as
+ * written. */
+static int parse_addr_list(const struct conf_key *k, enum section_kind in, const char *value,
+                           void *field, char *err, size_t errlen)
+{
+    if (value[strspn(value, " \t")] == '\0') {
+        snprintf(err, errlen, "%s is empty: expected HOST:PORT [HOST:PORT ...]", k->name);
+        return -1;
+    }
+    for (const char *p = value; *p != '\0';) {
+        char one[512];
+        size_t len = strcspn(p, " \t");
+        snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), p);
+        if (parse_addr(k, in, one, field, err, errlen) < 0)
+            return -1;
+        p += len;
+        p += strspn(p, " \t");
+    }
+    set_string(field, value);
+    return 0;
+}
+
 /* One address, or (for a cluster) seed addresses separated by spaces:
  * `backend` keeps the first, `backend_seeds` all of them. */
 static int parse_backend(const struct conf_key *k, enum section_kind in, const char *value,
@@ -406,15 +433,8 @@ static int parse_backend(const struct conf_key *k, enum section_kind in, const c
     }
     memcpy(first, value, n);
     first[n] = '\0';
-    for (const char *p = value; *p != '\0';) {
-        char one[512];
-        size_t len = strcspn(p, " \t");
-        snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), p);
-        if (parse_addr(k, in, one, field, err, errlen) < 0)
-            return -1;
-        p += len;
-        p += strspn(p, " \t");
-    }
+    if (parse_addr_list(k, in, value, field, err, errlen) < 0)
+        return -1;
     set_string(field, first);
     set_string(&cfg->backend_seeds, value[n] != '\0' ? value : NULL);
     return 0;
@@ -1151,6 +1171,36 @@ static void check_cluster(struct parse *p, const struct section *s)
     }
 }
 
+/* sentinel = ... and its keys: in place of backend, one TCP Sentinel each. */
+static void check_sentinel(struct parse *p, const struct section *s)
+{
+    struct config *c = p->cfg;
+    if (c->sentinel == NULL) {
+        if (c->sentinel_master != NULL || c->sentinel_password != NULL ||
+            c->sentinel_username != NULL)
+            fail_at(p, line_of(s, c->sentinel_master ? "sentinel_master" : c->sentinel_password
+                               ? "sentinel_password" : "sentinel_username"),
+                    "sentinel_master, sentinel_username and sentinel_password need sentinel = "
+                    "HOST:PORT [HOST:PORT ...]");
+        return;
+    }
+    if (strstr(c->sentinel, "unix:") != NULL)
+        fail_at(p, line_of(s, "sentinel"), "sentinel = %s: Sentinels are reached at "
+                "host:port (TCP)", c->sentinel);
+    else if (c->sentinel_master == NULL || c->sentinel_master[0] == '\0')
+        fail_at(p, line_of(s, "sentinel"), "sentinel needs sentinel_master = NAME, the "
+                "master name the Sentinels monitor");
+    else if (line_of(s, "backend") != s->line)
+        fail_at(p, line_of(s, "backend"), "backend and sentinel exclude each other: with "
+                "sentinel the backend is the primary the Sentinels name");
+    else if (c->cluster || c->backend_tls)
+        fail_at(p, line_of(s, c->cluster ? "cluster" : "backend_tls"), "sentinel with %s is "
+                "not supported yet", c->cluster ? "cluster = on" : "backend_tls = on");
+    else if (c->sentinel_username != NULL && c->sentinel_password == NULL)
+        fail_at(p, line_of(s, "sentinel_username"), "sentinel_username needs "
+                "sentinel_password: an ACL user needs both");
+}
+
 /* What no single key can check; errors at the section header's line. */
 static void check_section(struct parse *p, const struct section *s)
 {
@@ -1164,6 +1214,7 @@ static void check_section(struct parse *p, const struct section *s)
             fail_at(p, line_of(s, "watch_configure"), "watch_configure = on needs watch = on");
         check_tls(p, s);
         check_cluster(p, s);
+        check_sentinel(p, s);
         break;
     case SECT_DEFAULT:
     case SECT_TTL:
@@ -1410,6 +1461,10 @@ void config_free(struct config *cfg)
     free(cfg->audit_from_addr);
     free(cfg->backend_username);
     free(cfg->backend_password);
+    free(cfg->sentinel);
+    free(cfg->sentinel_master);
+    free(cfg->sentinel_username);
+    free(cfg->sentinel_password);
     auth_users_free(&cfg->users);
     free(cfg->events);
     free(cfg->admin);

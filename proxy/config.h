@@ -37,6 +37,11 @@ struct config {
     char *backend_seeds;            /* cluster = on: every seed as written, space separated */
     char *backend_username;         /* NULL when unset */
     char *backend_password;         /* NULL when unset */
+    char *sentinel;                 /* Sentinel addresses as written, space separated; NULL:
+                                       the backend is `backend` (sentinel.c) */
+    char *sentinel_master;          /* the master name the Sentinels know; with sentinel */
+    char *sentinel_username;        /* the Sentinels' own login; NULL when unset */
+    char *sentinel_password;
     struct secret client_password;  /* the `default` user's password (auth.h) */
     struct auth_users users;        /* default (client_password) and [user] sections: clients
                                        log in to ttlguard itself when there is any */

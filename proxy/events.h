@@ -173,7 +173,10 @@ const char *ev_action_name(enum ev_action a);
     X(EVN_AUDIT_PASS, "audit_pass") \
     X(EVN_AUDIT_FALLBACK, "audit_fallback") \
     X(EVN_AUDIT_PAUSED, "audit_paused") \
-    X(EVN_AUDIT_RESUMED, "audit_resumed")
+    X(EVN_AUDIT_RESUMED, "audit_resumed") \
+    X(EVN_SENTINEL_SWITCH, "sentinel_switch") \
+    X(EVN_SENTINEL_UNREACHABLE, "sentinel_unreachable") \
+    X(EVN_SENTINEL_REACHABLE, "sentinel_reachable")
 
 #define EVN_ENUM(id, name) id,
 enum event_name { EVENT_NAMES(EVN_ENUM) EVN__COUNT };

@@ -335,8 +335,9 @@ void mux_shutdown(void)
         mux_fail(mux_list, "shutting down", 1, 0);
 }
 
-void mux_backend_changed(void)
+void mux_backend_changed(int lost)
 {
     while (mux_list != NULL)
-        mux_fail(mux_list, "backend address changed by a reload", 1, 0);
+        mux_fail(mux_list, lost ? "the primary moved (Sentinel switch)"
+                                : "backend address changed by a reload", 1, lost);
 }

@@ -13,8 +13,9 @@ int mux_in_use(void);
 /* Shutdown: close the shared connection (every session is gone). */
 void mux_shutdown(void);
 
-/* A reload changed the backend address: sessions owed replies on the old
- * one end as if it had closed; the next request opens a new one. */
-void mux_backend_changed(void);
+/* The backend address changed. A reload: sessions owed replies on the old
+ * one end as if it had closed; the next request opens a new one. lost (a
+ * Sentinel switch): every session on it ends, as when Redis goes away. */
+void mux_backend_changed(int lost);
 
 #endif

@@ -23,6 +23,7 @@
 
 #include "cluster.h"
 #include "login.h"
+#include "sentinel.h"
 #include "session_int.h"
 #include "stats.h"
 #include "util.h"
@@ -461,6 +462,9 @@ void session_reply(struct session *s, const char *p, size_t n, int done, char ty
         return;
     if (!s->ttlg_auth && login_is_noauth(s->peek, s->peeklen))
         s->auth_required = s->unauth = 1;   /* Redis says so: its limits apply */
+    if (type == '-' && s->ctx->cfg->sentinel != NULL && s->peeklen >= 9 &&
+        memcmp(s->peek, "-READONLY", 9) == 0)
+        sentinel_readonly();        /* the client gets it as Redis sent it */
     reply_done(s, type);
 }
 

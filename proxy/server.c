@@ -17,6 +17,7 @@
 #include "listener.h"
 #include "loop.h"
 #include "mux.h"
+#include "sentinel.h"
 #include "server.h"
 #include "session.h"
 #include "tls.h"
@@ -35,6 +36,8 @@ struct server {
 
     int listen_override;             /* --listen / --backend given: a reload keeps them */
     int backend_override;
+    int held_accepts;                /* a Sentinel switch is confirmed: clients wait */
+    struct listener *held[2];        /* plain, secure: a connection waits to be accepted */
 
     uv_timer_t cron;
     uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
@@ -58,6 +61,7 @@ static void finish_shutdown(struct server *srv)
     control_stop();
     watch_stop();
     audit_bg_stop();
+    sentinel_stop();
     cluster_stop();
     tls_shutdown_module();
     if (!uv_is_closing((uv_handle_t *)&srv->cron)) {
@@ -87,13 +91,59 @@ static void on_commands_ready(void)
     }
 }
 
-/* A client connects to one of the proxy's own listeners or a cluster node's. */
+/* The backend is somewhere else now (a reload, a Sentinel switch): every
+ * connection to the old one is dropped, as when it goes away. */
+static void backend_moved(struct server *srv, const struct addr *a, int sessions_too)
+{
+    /* Sessions first: an idle one leaves its shared connection quietly
+     * before that connection ends the others. */
+    for (struct session *s = srv->clients.all, *next; s != NULL && sessions_too; s = next) {
+        next = session_next(s);
+        session_backend_moved(s, &srv->backend);
+    }
+    mux_backend_changed(sessions_too);
+    target_set(&srv->backend, &srv->ctx, a, 1);
+    control_backend_changed();
+    watch_backend_changed();
+    audit_bg_backend_changed();
+}
+
+/* A client connects to one of the proxy's own listeners or a cluster node's.
+ * While a Sentinel switch is confirmed it waits: libuv stops watching a
+ * listener whose connection was not accepted, so the next ones wait in the
+ * kernel's backlog until on_sentinel_confirmed() accepts it. */
 static void on_accept(struct listener *l)
 {
     struct server *srv = &the_server;
+    if (srv->held_accepts) {
+        srv->held[l == &srv->secure] = l;
+        return;
+    }
     session_accept(&srv->clients, l->h, l->tls ? srv->ctx.cfg->client_tls_ctx : NULL,
                    l->target);
 }
+
+static void on_sentinel_moving(const struct addr *to)
+{
+    the_server.held_accepts = 1;
+    backend_moved(&the_server, to, 1);
+}
+
+static void on_sentinel_confirmed(void)
+{
+    struct server *srv = &the_server;
+    srv->held_accepts = 0;
+    for (int i = 0; i < 2; i++) {
+        struct listener *l = srv->held[i];
+        srv->held[i] = NULL;
+        if (l != NULL && l->h != NULL)
+            on_accept(l);
+    }
+}
+
+static const struct sentinel_hooks sentinel_hooks = {
+    on_sentinel_moving, on_sentinel_confirmed,
+};
 
 static void on_cron(uv_timer_t *t)
 {
@@ -143,6 +193,14 @@ static void begin_shutdown(struct server *srv, const char *why)
 static void on_signal(uv_signal_t *h, int signum)
 {
     begin_shutdown(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* [proxy] backend, or the primary its Sentinels name (ROLE checked). */
+static int backend_address(const struct config *cfg, struct addr *a, char *err, size_t errlen)
+{
+    if (cfg->sentinel != NULL)
+        return sentinel_resolve(cfg, a, err, errlen);
+    return addr_parse(cfg->backend, a, err, errlen);
 }
 
 /* A backend at the proxy's own listen address would have every session
@@ -242,10 +300,11 @@ static void reload(struct server *srv)
 
     struct addr plain = srv->plain.addr, secure = { 0 };
     struct addr backend_addr = srv->backend.addr;
-    if (cluster_changed(srv->ctx.cfg, cfg)) {
+    if (cluster_changed(srv->ctx.cfg, cfg) || sentinel_config_changed(srv->ctx.cfg, cfg)) {
         snprintf(err, sizeof err, "cluster, cluster_ports, cluster_announce, the seeds in "
-                 "backend, backend_tls and which of listen and tls_listen is the entry port "
-                 "apply at start only: restart ttlguard to change them");
+                 "backend, backend_tls, which of listen and tls_listen is the entry port, "
+                 "sentinel and sentinel_master apply at start only: restart ttlguard to "
+                 "change them");
         log_error("SIGHUP: config refused, keeping the running one: %s", err);
         events_config_rejected(path, err);
         config_free(cfg);
@@ -258,7 +317,7 @@ static void reload(struct server *srv)
     int want_plain = srv->listen_override || cfg->listen != NULL;
     if ((listen_text != NULL && addr_parse(listen_text, &plain, err, sizeof err) != 0) ||
         (cfg->tls_listen != NULL && addr_parse(cfg->tls_listen, &secure, err, sizeof err) != 0) ||
-        (!srv->backend_override && addr_parse(cfg->backend, &backend_addr, err, sizeof err) != 0) ||
+        (!srv->backend_override && backend_address(cfg, &backend_addr, err, sizeof err) != 0) ||
         (want_plain && backend_is_self(&plain, &backend_addr, err, sizeof err)) ||
         (cfg->tls_listen != NULL && backend_is_self(&secure, &backend_addr, err, sizeof err)) ||
         (cfg->backend_tls && backend_addr.is_unix &&
@@ -278,13 +337,8 @@ static void reload(struct server *srv)
     }
     char a[300];
     addr_format(&backend_addr, a, sizeof a);
-    if (strcmp(a, srv->backend.name) != 0 || backend_tls_changed(srv->ctx.cfg, cfg)) {
-        target_set(&srv->backend, &srv->ctx, &backend_addr, 1);
-        mux_backend_changed();
-        control_backend_changed();
-        watch_backend_changed();
-        audit_bg_backend_changed();
-    }
+    if (strcmp(a, srv->backend.name) != 0 || backend_tls_changed(srv->ctx.cfg, cfg))
+        backend_moved(srv, &backend_addr, cfg->sentinel != NULL);   /* Sentinel: a switch */
 
     struct config *old = srv->ctx.cfg;
     srv->ctx.cfg = cfg;
@@ -294,6 +348,7 @@ static void reload(struct server *srv)
     config_free(old);
     free(old);
     log_info("SIGHUP: config %s reloaded (%zu rules)", cfg->path, cfg->rules.n);
+    sentinel_apply(&backend_addr);
     control_probe_policy();
     watch_apply(&srv->ctx);
     audit_bg_apply(&srv->ctx);
@@ -347,7 +402,8 @@ static int server_addresses(struct server *srv, const char *listen_text,
     if ((listen_text != NULL && addr_parse(listen_text, &srv->plain.addr, err, sizeof err) != 0) ||
         (cfg->tls_listen != NULL &&
          addr_parse(cfg->tls_listen, &srv->secure.addr, err, sizeof err) != 0) ||
-        addr_parse(backend_text, backend_addr, err, sizeof err) != 0 ||
+        (backend_text != NULL ? addr_parse(backend_text, backend_addr, err, sizeof err)
+                              : backend_address(cfg, backend_addr, err, sizeof err)) != 0 ||
         (listen_text != NULL && backend_is_self(&srv->plain.addr, backend_addr, err,
                                                 sizeof err)) ||
         (cfg->tls_listen != NULL && backend_is_self(&srv->secure.addr, backend_addr, err,
@@ -448,8 +504,9 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     log_json = cfg->log_format;
     const char *listen_text = listen_override ? listen_override : cfg->listen;
     struct addr backend_addr;
-    if (server_addresses(srv, listen_text, backend_override ? backend_override : cfg->backend,
-                         listen_override, &backend_addr) != 0)
+    const char *backend_text = backend_override ? backend_override
+                               : cfg->sentinel ? NULL : cfg->backend;
+    if (server_addresses(srv, listen_text, backend_text, listen_override, &backend_addr) != 0)
         return 1;
     target_set(&srv->backend, &srv->ctx, &backend_addr, 1);
     srv->ctx.rbuf_size = RBUF_SIZE;
@@ -465,12 +522,15 @@ int server_run(struct config *cfg, const char *listen_override, const char *back
     if (cfg->cluster)
         cluster_start(&srv->ctx, cfg->tls_listen != NULL ? &srv->secure : &srv->plain,
                       on_accept);
+    if (backend_text == NULL)
+        sentinel_start(&srv->ctx, &backend_addr, &sentinel_hooks);
     server_timers_and_signals(srv);
     log_listening(srv);
 
     uv_run(srv->ctx.loop, UV_RUN_DEFAULT);
     cluster_free();
     control_free();
+    sentinel_free();
 
     uv_loop_close(srv->ctx.loop);
     free(srv->ctx.rbuf);

@@ -56,6 +56,7 @@
 #include "control.h"
 #include "events.h"
 #include "login.h"
+#include "sentinel.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -503,6 +504,10 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 log_info("client %s: %s", client_name(s), xport_strerror(&s->client, (int)nread));
             session_close(s);
         }
+        return;
+    }
+    if (s->end_on_input) {
+        session_close(s);           /* its backend went away at a switch */
         return;
     }
     loop_clock_update();
@@ -953,6 +958,38 @@ static void forward_refused(struct session *s, const struct request *req)
     e->t0 = loop_now_ns;
 }
 
+/* The address the client reached ttlguard at: host and port (0: not TCP). */
+static int client_reached(const struct session *s, char *host, size_t hostlen)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (s->client.h.handle.type != UV_TCP ||
+        uv_tcp_getsockname(&s->client.h.tcp, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        uv_ip6_name(a, host, hostlen);
+        return ntohs(a->sin6_port);
+    }
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+    uv_ip4_name(a, host, hostlen);
+    return ntohs(a->sin_port);
+}
+
+/* SENTINEL asked of ttlguard itself, when it follows Sentinel (sentinel.h). */
+static int answer_sentinel(struct session *s, const struct request *req)
+{
+    char host[64] = "";
+    struct evbuf out = { 0 };
+    if (s->ctx->cfg->sentinel == NULL ||
+        !sentinel_answer(s->ctx->cfg, req, host, client_reached(s, host, sizeof host), &out))
+        return 0;
+    s->ctx->stats.requests++;
+    queue_local(s, out.p, out.len, 0);
+    free(out.p);
+    return 1;
+}
+
 static enum handled handle_request(struct session *s, const struct request *req)
 {
     struct req_plan pl = { .ci = command_resolve(control_facts()->commands, req->argv[0].p,
@@ -973,6 +1010,8 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
         return h;
     req = &fwd;
+    if (answer_sentinel(s, req))
+        return HR_DONE;
     if (s->mode == SM_OWN && s->ctx->cfg->multiplex)
         consider_sharing(s, req, &pl);
     enum route rt = s->mode == SM_SHARED ? shared_route(s, req, &pl) : RT_HERE;
@@ -1743,4 +1782,44 @@ void session_drain(struct session *s)
 struct session *session_next(const struct session *s)
 {
     return s->next;
+}
+
+/* Nothing owed, nothing pending, nothing being read, streamed or waited
+ * for, and nothing Redis would send unasked (pub/sub, MONITOR, a replication
+ * stream, RESP3 tracking pushes): the client is between requests. */
+static int idle_at_switch(const struct session *s)
+{
+    if (s->closing || s->draining || s->q.len > 0 || reply_in_progress(s) || s->ilen > 0 ||
+        (s->framer != NULL && req_framer_streaming(s->framer)) || s->monitor || s->replica ||
+        s->nchan + s->npat + s->nshard > 0 || s->pushes || s->pin_wait || s->switch_wait ||
+        s->replaying || s->mux_owed > 0)
+        return 0;
+    return (s->mode == SM_OWN && s->be.state == BC_READY) || s->mode == SM_SHARED;
+}
+
+/* A Sentinel switch: the session's backend connection (own or shared) was
+ * to the old primary, and nothing more goes there. One that waits for a
+ * reply, or is in any transition, ends now as when Redis goes away. One
+ * that is idle is not closed at once: a client library that finds its idle
+ * connection closed reconnects without a word (redis-py) and its next
+ * request would reach the new primary, which may lack a write the old one
+ * acknowledged after the promotion. Its next request closes it instead,
+ * unsent: the client sees that request fail. Called before the shared
+ * connections fail (mux_backend_changed()). */
+void session_backend_moved(struct session *s, const struct target *t)
+{
+    if (s->closing || s->be.t != t)
+        return;
+    if (idle_at_switch(s)) {
+        if (s->mode == SM_OWN)
+            bconn_close(&s->be);
+        mux_forget(s);
+        s->mux = NULL;
+        session_set_mode(s, SM_LOST);
+        s->end_on_input = 1;
+        return;
+    }
+    if (s->be.state != BC_IDLE && s->be.state != BC_CLOSING)
+        bconn_lose(&s->be, "the primary moved (Sentinel switch)");
+    /* shared: mux_backend_changed() ends it */
 }

@@ -42,6 +42,10 @@ void session_close(struct session *s);
 
 struct session *session_next(const struct session *s);
 
+/* t moved elsewhere (a Sentinel switch): a connection of s's own to it is
+ * lost, as when the server goes away. */
+void session_backend_moved(struct session *s, const struct target *t);
+
 /* The backend's commands are known (control.h): a session that
  * waited for them is served. */
 void session_commands_ready(struct session *s);

@@ -135,6 +135,8 @@ struct session {
     unsigned replaying:1;           /* ... and the client waits until Redis has answered it */
     unsigned no_evict:1;            /* CLIENT NO-EVICT ON (replayed after sharing) */
     unsigned stateful:1;            /* sent what needs its own connection: never shares */
+    unsigned end_on_input:1;        /* idle at a Sentinel switch: its next request closes
+                                       it, unsent (session_backend_moved()) */
     unsigned reopen:1;              /* its own connection is opened again once closed */
     unsigned ident_wait:1;          /* its connection is ready, the backend's commands not yet */
     unsigned served;                /* requests handled on its own connection */

@@ -351,7 +351,7 @@ def check_expr(where, expr, docs, live=None, foreign=()):
         labels_ok |= set(docs[base][1])
         if is_bucket:
             labels_ok.add("le")
-        if live is not None and not base.startswith("ttlguard_cluster_") and \
+        if live is not None and not base.startswith(("ttlguard_cluster_", "ttlguard_sentinel_")) and \
                 not any(l == n or l.startswith(n + "{") for l in live):
             bad(f"{where}: metric {n} is not in the live /metrics output")
     # matchers: name{label op "value", ...}
@@ -731,7 +731,7 @@ def cmd_live(args):
             expect(docs[name][0] == mtype,
                    f"{name}: live type {mtype}, docs/metrics.md says {docs[name][0]}")
     for name in docs:
-        if not name.startswith("ttlguard_cluster_"):
+        if not name.startswith(("ttlguard_cluster_", "ttlguard_sentinel_")):
             expect(any(n == name for n, _ in typed),
                    f"{name} (docs/metrics.md) is not in the live /metrics output")
 

@@ -750,3 +750,37 @@ Test(config, audit_from_single_server)
     load_err("[proxy]\naudit_from = replicas\n", 2, "audit_from = 'replicas': expected "
              "primary, replica or the HOST:PORT of a replica of the backend");
 }
+
+Test(config, sentinel_keys)
+{
+    struct config cfg;
+    load_ok("[proxy]\nsentinel = 10.0.0.1:26379 10.0.0.2:26379  [::1]:26380\n"
+            "sentinel_master = mymaster\nsentinel_username = s\nsentinel_password = pw\n", &cfg);
+    cr_assert_str_eq(cfg.sentinel, "10.0.0.1:26379 10.0.0.2:26379  [::1]:26380");
+    cr_assert_str_eq(cfg.sentinel_master, "mymaster");
+    cr_assert_str_eq(cfg.sentinel_username, "s");
+    cr_assert_str_eq(cfg.sentinel_password, "pw");
+    config_free(&cfg);
+    load_ok("[proxy]\n", &cfg);
+    cr_assert_null(cfg.sentinel);
+    cr_assert_null(cfg.sentinel_master);
+    config_free(&cfg);
+}
+
+Test(config, sentinel_errors)
+{
+    load_err("[proxy]\nsentinel = 127.0.0.1:26379\n", 2, "sentinel needs sentinel_master = NAME");
+    load_err("[proxy]\n\nsentinel_master = m\n", 3, "sentinel_master, sentinel_username and "
+             "sentinel_password need sentinel = HOST:PORT");
+    load_err("[proxy]\nsentinel = 127.0.0.1:26379 nope\nsentinel_master = m\n", 2,
+             "sentinel = 'nope': expected host:port");
+    load_err("[proxy]\nsentinel =\nsentinel_master = m\n", 2, "sentinel is empty");
+    load_err("[proxy]\nsentinel = unix:/tmp/s.sock\nsentinel_master = m\n", 2,
+             "Sentinels are reached at host:port");
+    load_err("[proxy]\nsentinel = 127.0.0.1:26379\nsentinel_master = m\nbackend = 127.0.0.1:1\n",
+             4, "backend and sentinel exclude each other");
+    load_err("[proxy]\nsentinel = 127.0.0.1:26379\nsentinel_master = m\nbackend_tls = on\n",
+             4, "sentinel with backend_tls = on is not supported yet");
+    load_err("[proxy]\nsentinel = 127.0.0.1:26379\nsentinel_master = m\n"
+             "sentinel_username = u\n", 4, "sentinel_username needs sentinel_password");
+}
