@@ -37,6 +37,7 @@
 
 #include "control.h"
 #include "mux.h"
+#include "route.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -49,6 +50,8 @@ enum fifo_kind {
 
 struct fifo_entry {
     unsigned char kind;     /* enum fifo_kind */
+    uint32_t unit;          /* cluster = route: the request of s the reply is for (route.c);
+                               0: s's next reply, as ever */
     struct session *s;
 };
 
@@ -75,11 +78,12 @@ static struct fifo_entry *fifo_at(struct mux *m, uint32_t i)
     return ring_at(&m->fifo, sizeof(struct fifo_entry), i);
 }
 
-static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int n)
+static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int n,
+                      uint32_t unit)
 {
     while (n-- > 0)
         *(struct fifo_entry *)ring_push(&m->fifo, sizeof(struct fifo_entry), 256) =
-            (struct fifo_entry){ kind, s };
+            (struct fifo_entry){ kind, unit, s };
 }
 
 static void out_add(struct mux *m, const char *p, size_t n)
@@ -199,10 +203,30 @@ static void mux_ready(struct bconn *b)
         uv_check_start(&m->flusher, on_mux_check);
 }
 
+/* cluster = route: the reply goes to its request's place in the session
+ * (route.c); the entry is popped first, as route_reply() may send more on
+ * this connection (a redirect followed). Pushes are nobody's: the commands
+ * that ask for them are refused in that mode. */
+static void mux_routed_reply(struct mux *m, const char *p, size_t n, int done, char type,
+                             int start)
+{
+    struct fifo_entry head = *fifo_at(m, 0);
+    if (type == '>')
+        return;
+    if (done)
+        ring_pop(&m->fifo);
+    if (head.kind == FE_SESSION)
+        route_reply(head.s, head.unit, m->be.t, p, n, done, type, start);
+}
+
 static void mux_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
 {
     struct mux *m = b->owner;
     struct fifo_entry *e = m->fifo.len ? fifo_at(m, 0) : NULL;
+    if (e != NULL && e->unit != 0) {
+        mux_routed_reply(m, p, n, done, type, start);
+        return;
+    }
     if (e != NULL && e->kind == FE_SESSION)
         session_reply(e->s, p, n, done, type, start);
     /* A push (`DEBUG PROTOCOL push`: pub/sub and tracking pin) goes to the
@@ -251,11 +275,11 @@ static void mux_handshake(struct mux *m)
         int n = snprintf(num, sizeof num, "%d", m->db);
         int len = snprintf(sel, sizeof sel, "*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n", n, num);
         out_add(m, sel, (size_t)len);
-        fifo_push(m, FE_INTERNAL, NULL, 1);
+        fifo_push(m, FE_INTERNAL, NULL, 1, 0);
     }
     if (m->resp3) {
         out_add(m, hello3, sizeof hello3 - 1);
-        fifo_push(m, FE_INTERNAL, NULL, 1);
+        fifo_push(m, FE_INTERNAL, NULL, 1, 0);
     }
 }
 
@@ -284,6 +308,19 @@ static struct mux *mux_get(struct clients *cl, struct target *t, int db, int res
     return m->failed ? NULL : m;    /* NULL when the connect failed at once */
 }
 
+/* s queued requests on m: written this loop iteration. */
+static void mux_queued(struct mux *m, struct session *s)
+{
+    if (m->be.state == BC_READY)
+        uv_check_start(&m->flusher, on_mux_check);
+    if (mux_backlog(m) > s->ctx->cfg->max_buffer) {
+        /* Redis is not keeping up: no more requests from this client until
+         * the shared connection has drained to half. */
+        m->paused = 1;
+        session_pause(s);
+    }
+}
+
 int mux_attach(struct session *s)
 {
     s->mux = mux_get(s->cl, s->be.t, s->db, s->resp3);
@@ -302,23 +339,27 @@ int mux_append(struct session *s, struct wbatch *wb)
         out_add(m, base, wb->iov[i].len);
     }
     wbatch_reset(wb);
-    fifo_push(m, FE_SESSION, s, s->mux_owed);
+    fifo_push(m, FE_SESSION, s, s->mux_owed, 0);
     s->mux_owed = 0;
-    if (m->be.state == BC_READY)
-        uv_check_start(&m->flusher, on_mux_check);
-    if (mux_backlog(m) > s->ctx->cfg->max_buffer) {
-        /* Redis is not keeping up: no more requests from this client until
-         * the shared connection has drained to half. */
-        m->paused = 1;
-        session_pause(s);
-    }
+    mux_queued(m, s);
     return 0;
 }
 
-/* A session goes away: replies still owed to it are read and dropped. */
-void mux_forget(struct session *s)
+int mux_send(struct session *s, struct target *t, const char *p, size_t n, int owed,
+             uint32_t unit)
 {
-    struct mux *m = s->mux;
+    struct mux *m = mux_get(s->cl, t, s->db, s->resp3);
+    if (m == NULL)
+        return -1;
+    s->mux = m;
+    out_add(m, p, n);
+    fifo_push(m, FE_SESSION, s, owed, unit);
+    mux_queued(m, s);
+    return 0;
+}
+
+static void mux_forget_on(struct mux *m, struct session *s)
+{
     if (m == NULL || m->failed)
         return;
     for (uint32_t i = 0; i < m->fifo.len; i++) {
@@ -326,6 +367,18 @@ void mux_forget(struct session *s)
         if (e->kind == FE_SESSION && e->s == s)
             e->kind = FE_GONE;
     }
+}
+
+/* A session goes away: replies still owed to it are read and dropped (a
+ * routed session's, on every node's connection). */
+void mux_forget(struct session *s)
+{
+    if (s->route == NULL) {
+        mux_forget_on(s->mux, s);
+        return;
+    }
+    for (struct mux *m = mux_list; m != NULL; m = m->next)
+        mux_forget_on(m, s);
 }
 
 void mux_shutdown(void)
