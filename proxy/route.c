@@ -231,6 +231,21 @@ static const char *select_answer(const struct request *req)
     return db == 0 ? "+OK\r\n" : "-ERR SELECT is not allowed in cluster mode\r\n";
 }
 
+/* EVAL, EVALSHA, FCALL (and their _RO forms) pin a shared session (a slow
+ * script holds the connection); a routed session sends them to the node of
+ * their keys, as a cluster client does: the proxy's own rewrites use them. */
+static int script(const struct req_plan *pl)
+{
+    return pl->ci->row != NULL && (command_flags(pl->ci->row) & (CMD_SCRIPT | CMD_BLOCKING)) ==
+                                  CMD_SCRIPT;
+}
+
+/* A cluster client's own commands. */
+static int cluster_word(const struct request *req)
+{
+    return is_name(req, "readonly") || is_name(req, "readwrite") || is_name(req, "asking");
+}
+
 /* As a standalone server answers them: ttlguard is one server here. */
 static const char no_cluster[] = "-ERR This instance has cluster support disabled\r\n";
 
@@ -248,15 +263,16 @@ static const char *refusal(struct session *s, const struct request *req,
                "backend_password (and backend_username) in [proxy]\r\n";
     if (pl->id == CID_HELLO && req->argc <= 2)
         return NULL;                    /* HELLO [2|3]: carried, as on a shared connection */
-    if (needs_own && pl->ci != NULL)
-        return "-ERR ttlguard cluster = route does not support %s yet\r\n";
+    if (needs_own && pl->ci != NULL && !script(pl))
+        return cluster_word(req) ? no_cluster :
+               "-ERR ttlguard cluster = route does not support %s yet\r\n";
     return NULL;
 }
 
 /* ...and for a request that names no key. */
 static const char *keyless_refusal(const struct request *req)
 {
-    if (is_name(req, "readonly") || is_name(req, "readwrite") || is_name(req, "asking"))
+    if (cluster_word(req))
         return no_cluster;
     if (whole_keyspace(req))
         return "-ERR ttlguard cluster = route does not support %s yet (it must cover "
