@@ -23,6 +23,10 @@
  * topology (CLUSTER SHARDS from a seed, on a backend connection of its own)
  * is read at start, every few seconds, and soon after a reply named a new
  * node, to keep ids and roles current.
+ *
+ * With cluster = route there are no node listeners: the topology's slot map
+ * (which primary serves each slot, updated by -MOVED at once) tells route.c
+ * where each request goes.
  */
 #ifndef TTLG_CLUSTER_H
 #define TTLG_CLUSTER_H
