@@ -44,6 +44,7 @@
 #include "identify.h"
 #include "login.h"
 #include "route.h"
+#include "route_merge.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -69,6 +70,12 @@ struct unit {
     struct sbuf req;            /* what was sent, for a resend */
     struct sbuf park;           /* whole replies not given yet: [type][size_t len][bytes]... */
     size_t part;                /* park offset of the reply being parked */
+    /* One part of a request sent as several (route_merge.h): */
+    unsigned char merge;        /* on its first part: enum merge of their replies */
+    int parts;                  /* ...how many units it is, this one included */
+    int nkeys;                  /* ...the client's key count (MERGE_ORDERED) */
+    int *pos;                   /* the client's key index of each key of this part */
+    int npos;
 };
 
 struct route_state {
@@ -78,6 +85,8 @@ struct route_state {
     uint32_t next;              /* tag of the next unit */
     struct sbuf cur;            /* the bytes of the request being handled */
     int slot;                   /* ...and its slot */
+    unsigned char merge;        /* ...enum merge when it goes as several requests */
+    int width;                  /* ...arguments per key (split by slot) */
     unsigned hint;              /* requests without keys go to this slot's owner */
     size_t parked;              /* bytes kept in units: at most max_buffer */
     struct cluster_wait wait;   /* units waiting for a topology read */
@@ -280,6 +289,36 @@ static const char *keyless_refusal(const struct request *req)
     return NULL;
 }
 
+#define MERGE_FAIL 0xff     /* it would cover every primary, and one is down */
+#define MAX_PRIMARIES 256
+
+/* Does the request go as several (split by slot, or to every primary)? Its
+ * merge, MERGE_NONE, or MERGE_FAIL. An MSET under rules is judged as one
+ * request (its rewrite has every key): it is not split. */
+static int several(struct session *s, const struct request *req)
+{
+    struct route_state *r = s->route;
+    const struct config *cfg = s->ctx->cfg;
+    struct target *t[MAX_PRIMARIES];
+    const char *down;
+    enum merge m = MERGE_NONE;
+    if (r->slot == SLOT_CROSS) {
+        m = merge_split_kind(&req->argv[0], &r->width);
+        if (m != MERGE_NONE && (req->argc - 1) % r->width != 0) {
+            r->slot = SLOT_NONE;        /* any node says what is wrong with it */
+            return MERGE_NONE;
+        }
+        for (int i = 1; m != MERGE_NONE && r->width == 2 && i < req->argc; i += 2)
+            if (!policy_inactive(cfg) && (cfg->rules.dflt.action != ACTION_ALLOW ||
+                rules_match(&cfg->rules, req->argv[i].p, req->argv[i].len) != &cfg->rules.dflt))
+                m = MERGE_NONE;
+        return m;
+    }
+    if (r->slot == SLOT_NONE)
+        m = merge_fanout_kind(req->argc, req->argv);
+    return m != MERGE_NONE && cluster_primaries(t, MAX_PRIMARIES, &down) <= 0 ? MERGE_FAIL : m;
+}
+
 /* The node the request goes to becomes s's target (events name it, its
  * requests are counted there). */
 static void set_target(struct session *s, struct target *t)
@@ -289,33 +328,46 @@ static void set_target(struct session *s, struct target *t)
     s->be.t = t;
 }
 
+/* What route.c answers itself once the request's slot is known, or NULL. */
+static const char *slot_refusal(struct session *s, const struct request *req)
+{
+    struct route_state *r = s->route;
+    r->merge = (unsigned char)several(s, req);
+    if (r->merge == MERGE_FAIL)
+        return "-CLUSTERDOWN The cluster is down\r\n";
+    if (r->merge != MERGE_NONE)
+        return NULL;
+    if (r->slot == SLOT_NONE)
+        return keyless_refusal(req);
+    if (r->slot == SLOT_CROSS)
+        return "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+    if (r->slot == SLOT_UNKNOWN)
+        return "-ERR ttlguard cluster = route cannot find the keys of %s\r\n";
+    return NULL;
+}
+
 int route_pick(struct session *s, const struct request *req, const struct req_plan *pl,
                int needs_own)
 {
     struct route_state *r = s->route;
     const char *no = refusal(s, req, pl, needs_own);
-    if (no != NULL) {
-        answer(s, no, req);
-        return 1;
-    }
-    if (pl->id == CID_HELLO) {
+    if (no == NULL && pl->id == CID_HELLO) {
         emit_locals(s);
         if (s->q.len > 0)
             return -1;                  /* the protocol changes once nothing is owed */
     }
-    r->slot = request_slot(req, pl);
-    if (r->slot == SLOT_NONE && (no = keyless_refusal(req)) != NULL) {
+    if (no == NULL) {
+        r->slot = request_slot(req, pl);
+        no = slot_refusal(s, req);
+    }
+    struct target *t = NULL;
+    if (no == NULL) {
+        t = r->slot >= 0 ? cluster_slot_target(r->slot) : cluster_any_primary(r->hint);
+        if (t == NULL)
+            no = "-CLUSTERDOWN Hash slot not served\r\n";
+    }
+    if (no != NULL) {
         answer(s, no, req);
-        return 1;
-    }
-    if (r->slot == SLOT_CROSS || r->slot == SLOT_UNKNOWN) {
-        answer(s, r->slot == SLOT_CROSS ? "-CROSSSLOT Keys in request don't hash to the same "
-               "slot\r\n" : "-ERR ttlguard cluster = route cannot find the keys of %s\r\n", req);
-        return 1;
-    }
-    struct target *t = r->slot >= 0 ? cluster_slot_target(r->slot) : cluster_any_primary(r->hint);
-    if (t == NULL) {
-        answer(s, "-CLUSTERDOWN Hash slot not served\r\n", req);
         return 1;
     }
     set_target(s, t);
@@ -347,10 +399,39 @@ static void unit_pop(struct route_state *r)
     struct unit *u = unit_at(r, 0);
     unit_clear_park(r, u);
     free(u->req.p);
+    free(u->pos);
     ring_pop(&r->units);
     r->head = ((r->head + 1) & ~TAG_BIT) | TAG_BIT;
     if (r->units.len == 0 && r->units.cap > 64)
         ring_free(&r->units);
+}
+
+static void park_bytes(struct session *s, struct unit *u, const void *p, size_t n)
+{
+    struct route_state *r = s->route;
+    sbuf_add(&u->park, p, n);
+    r->parked += n;
+    if (r->parked > s->ctx->cfg->max_buffer && !s->closing) {
+        log_warn("client %s: more than max_buffer bytes of replies wait for an earlier "
+                 "one (cluster = route): closing it", client_name(s));
+        session_close(s);
+    }
+}
+
+/* A unit to resend has no node to go to: the client gets what a cluster
+ * without an owner for the slot says, once per reply owed. */
+static void unit_fail(struct session *s, struct unit *u)
+{
+    static const char down[] = "-CLUSTERDOWN Hash slot not served\r\n";
+    for (int i = 0; i < u->total; i++) {
+        size_t n = sizeof down - 1;
+        char type = '-';
+        park_bytes(s, u, &type, 1);
+        park_bytes(s, u, &n, sizeof n);
+        park_bytes(s, u, down, n);
+    }
+    u->part = u->park.len;
+    u->owed = 0;
 }
 
 /* Send the unit to t (again): ASKING first after -ASK. */
@@ -376,7 +457,55 @@ void route_take(struct session *s, struct wbatch *wb)
     wbatch_reset(wb);
 }
 
-void route_commit(struct session *s, struct wbatch *wb)
+/* A new unit at the end, for `total` replies of req (owned: moved in). */
+static struct unit *unit_new(struct route_state *r, int slot, int total, struct sbuf *req)
+{
+    struct unit *u = ring_push(&r->units, sizeof *u, 16);
+    *u = (struct unit){ .tag = r->next, .slot = slot, .total = total, .holds = total > 1,
+                        .req = *req };
+    *req = (struct sbuf){ 0 };
+    r->next = ((r->next + 1) & ~TAG_BIT) | TAG_BIT;
+    return u;
+}
+
+/* The request goes as several: one unit per part, each to its node (a
+ * slot's owner, or each primary in turn); their replies are merged. */
+static void commit_parts(struct session *s, const struct request *req)
+{
+    struct route_state *r = s->route;
+    struct target *prim[MAX_PRIMARIES];
+    const char *down;
+    int n, np = r->slot == SLOT_CROSS ? 0 : cluster_primaries(prim, MAX_PRIMARIES, &down);
+    struct merge_part *parts = r->slot == SLOT_CROSS ?
+        merge_split(req->argc, req->argv, r->width, key_slot, &n) : xcalloc((size_t)np, sizeof *parts);
+    for (int i = 0; r->slot != SLOT_CROSS && i < np; i++) {
+        parts[i].slot = SLOT_NONE;
+        sbuf_add(&parts[i].req, req->raw.p, req->raw.len);
+    }
+    n = r->slot == SLOT_CROSS ? n : np;
+    for (int i = 0; i < n && !s->closing; i++) {
+        struct unit *u = unit_new(r, parts[i].slot, 1, &parts[i].req);
+        u->holds = 1;
+        u->pos = parts[i].pos;
+        u->npos = parts[i].npos;
+        parts[i].pos = NULL;
+        if (i == 0) {
+            u->merge = r->merge;
+            u->parts = n;
+            u->nkeys = (req->argc - 1) / (r->width > 0 ? r->width : 1);
+        }
+        struct target *t = u->slot >= 0 ? cluster_slot_target(u->slot) : prim[i];
+        if (t != NULL)
+            unit_send(s, u, t, 0);
+        else
+            unit_fail(s, u);
+    }
+    merge_parts_free(parts, n);
+    r->cur.len = 0;
+    s->mux_owed = 0;
+}
+
+void route_commit(struct session *s, const struct request *req, struct wbatch *wb)
 {
     struct route_state *r = s->route;
     if (wb->n > 0) {
@@ -385,17 +514,18 @@ void route_commit(struct session *s, struct wbatch *wb)
     }
     if (r->cur.len == 0)
         return;
+    if (r->merge != MERGE_NONE && s->mux_owed == 1 && r->cur.len == req->raw.len &&
+        memcmp(r->cur.p, req->raw.p, req->raw.len) == 0) {
+        commit_parts(s, req);           /* forwarded as it is: it can go as several */
+        return;
+    }
     if (s->mux_owed == 0) {             /* nothing will answer it: nothing to keep */
         if (mux_send(s, s->be.t, r->cur.p, r->cur.len, 0, 0) < 0)
             session_shared_lost(s, 0);
         r->cur.len = 0;
         return;
     }
-    struct unit *u = ring_push(&r->units, sizeof *u, 16);
-    *u = (struct unit){ .tag = r->next, .slot = r->slot, .total = s->mux_owed,
-                        .holds = s->mux_owed > 1, .req = r->cur };
-    r->cur = (struct sbuf){ 0 };
-    r->next = ((r->next + 1) & ~TAG_BIT) | TAG_BIT;
+    struct unit *u = unit_new(r, r->slot, s->mux_owed, &r->cur);
     s->mux_owed = 0;
     unit_send(s, u, s->be.t, 0);
 }
@@ -455,18 +585,6 @@ static void unit_redirected(struct session *s, struct unit *u)
     cluster_wait(&s->route->wait);
 }
 
-static void park_bytes(struct session *s, struct unit *u, const void *p, size_t n)
-{
-    struct route_state *r = s->route;
-    sbuf_add(&u->park, p, n);
-    r->parked += n;
-    if (r->parked > s->ctx->cfg->max_buffer && !s->closing) {
-        log_warn("client %s: more than max_buffer bytes of replies wait for an earlier "
-                 "one (cluster = route): closing it", client_name(s));
-        session_close(s);
-    }
-}
-
 /* The first `used` bytes of the park went to the session (a reply being
  * parked stays). */
 static void unpark(struct route_state *r, struct unit *u, size_t used)
@@ -477,6 +595,36 @@ static void unpark(struct route_state *r, struct unit *u, size_t used)
     r->parked -= used;
 }
 
+/* The head units are the parts of one request: once every part's reply
+ * is in, the client gets their merge. Returns 0 while one is owed. */
+static int deliver_merged(struct session *s)
+{
+    struct route_state *r = s->route;
+    struct unit *first = unit_at(r, 0);
+    int n = first->parts, nkeys = first->nkeys;
+    enum merge how = first->merge;
+    struct merge_reply *mr = xcalloc((size_t)n, sizeof *mr);
+    for (int i = 0; i < n; i++) {
+        struct unit *u = unit_at(r, (uint32_t)i);
+        size_t off = 0;
+        struct rec rc;
+        if (u->owed > 0 || u->redirect || u->waiting || !rec_next(&u->park, &off, &rc)) {
+            free(mr);
+            return 0;
+        }
+        mr[i] = (struct merge_reply){ rc.p, rc.n, u->pos, u->npos };
+    }
+    size_t len;
+    char *out = merge_replies(how, mr, n, nkeys, &len);
+    free(mr);
+    session_reply(s, out, len, 1, out[0], 1);
+    session_flush_client();             /* the client batch points into out */
+    free(out);
+    for (int i = 0; i < n; i++)
+        unit_pop(r);
+    return 1;
+}
+
 /* Give the head units' whole replies to the session, in order. */
 static void deliver(struct session *s)
 {
@@ -485,6 +633,11 @@ static void deliver(struct session *s)
         struct unit *u = unit_at(r, 0);
         if (u->redirect || u->waiting || (u->holds && u->owed > 0))
             return;
+        if (u->parts > 0) {
+            if (!deliver_merged(s))
+                return;
+            continue;
+        }
         size_t off = 0, used = 0;
         struct rec rc;
         while (rec_next(&u->park, &off, &rc) && off <= u->part) {
@@ -499,22 +652,6 @@ static void deliver(struct session *s)
             return;
         unit_pop(r);
     }
-}
-
-/* A unit to resend has no node to go to: the client gets what a cluster
- * without an owner for the slot says, once per reply owed. */
-static void unit_fail(struct session *s, struct unit *u)
-{
-    static const char down[] = "-CLUSTERDOWN Hash slot not served\r\n";
-    for (int i = 0; i < u->total; i++) {
-        size_t n = sizeof down - 1;
-        char type = '-';
-        park_bytes(s, u, &type, 1);
-        park_bytes(s, u, &n, sizeof n);
-        park_bytes(s, u, down, n);
-    }
-    u->part = u->park.len;
-    u->owed = 0;
 }
 
 /* The units waiting for a topology read go to their slot's owner now. */

@@ -36,8 +36,9 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
  * towards the backend, which is reset). */
 void route_take(struct session *s, struct wbatch *wb);
 /* The request was handled: what was gathered goes to its node, with the
- * replies owed there (s->mux_owed). */
-void route_commit(struct session *s, struct wbatch *wb);
+ * replies owed there (s->mux_owed); or, forwarded as it is, as several
+ * (split by slot, or to every primary: route_merge.h). */
+void route_commit(struct session *s, const struct request *req, struct wbatch *wb);
 
 /* mux.c: bytes of one reply for request `unit` of s, from node `from`. */
 void route_reply(struct session *s, uint32_t unit, const struct target *from, const char *p,

@@ -1075,7 +1075,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (pl.id == CID_RESET && req->argc == 1 && !pl.queued && s->mode == SM_OWN)
         relogin(s);                 /* RESET logged the connection out of Redis */
     if (s->route != NULL)
-        route_commit(s, &tob);
+        route_commit(s, req, &tob);
     return HR_DONE;
 }
 

@@ -137,9 +137,8 @@ def test_standalone_answers_and_refusals(proxy):
         (("READONLY",), b"ERR This instance has cluster support disabled"),
         (("ASKING",), b"ERR This instance has cluster support disabled"),
         (("SELECT", "1"), b"ERR SELECT is not allowed in cluster mode"),
-        (("MGET", a, b), CROSSSLOT),
-        (("DEL", a, b), CROSSSLOT),
-        (("MSET", a, "1", b, "2"), CROSSSLOT),
+        (("MSETNX", a, "1", b, "2"), CROSSSLOT),
+        (("SUNIONSTORE", a, b), CROSSSLOT),
         (("RENAME", a, b), CROSSSLOT),
         (("EVAL", "return 1", "2", a, b), CROSSSLOT),
         (("MULTI",), b"ERR ttlguard cluster = route does not support MULTI yet"),
@@ -147,9 +146,8 @@ def test_standalone_answers_and_refusals(proxy):
         (("BLPOP", a, "1"), b"ERR ttlguard cluster = route does not support BLPOP yet"),
         (("SUBSCRIBE", "ch"), b"ERR ttlguard cluster = route does not support SUBSCRIBE yet"),
         (("CLIENT", "LIST"), b"ERR ttlguard cluster = route does not support CLIENT yet"),
-        (("DBSIZE",), b"ERR ttlguard cluster = route does not support DBSIZE yet"),
-        (("KEYS", "*"), b"ERR ttlguard cluster = route does not support KEYS yet"),
-        (("FLUSHALL",), b"ERR ttlguard cluster = route does not support FLUSHALL yet"),
+        (("SCAN", "0"), b"ERR ttlguard cluster = route does not support SCAN yet"),
+        (("RANDOMKEY",), b"ERR ttlguard cluster = route does not support RANDOMKEY yet"),
     ]
     with Conn(proxy.port) as c:
         assert c.cmd("SELECT", "0") == b"OK"
@@ -194,6 +192,54 @@ def test_pipelines_across_nodes_answer_in_order(cluster, proxy):
         got = c.replies(2 * len(order))
     for i, k in enumerate(order):
         assert got[2 * i] == values[k] and got[2 * i + 1] == len(values[k]), (i, k)
+
+
+def test_multi_key_commands_split_by_slot(cluster, proxy):
+    """MSET, MGET, EXISTS, TOUCH, DEL, UNLINK over keys of many slots on every
+    primary, pipelined among single-key commands: one reply each, merged in
+    the client's key order, and the keys where the cluster keeps them."""
+    keys = ["sp:%d" % i for i in range(40)]
+    assert len({owner_port(cluster, k) for k in keys}) == 3
+    missing = "sp:missing"
+    args = [x for k in keys for x in (k, "v-" + k)]
+    with Conn(proxy.port) as c:
+        assert c.cmd("DEL", *keys, missing) in range(0, 41)
+        c.send(enc("MSET", *args) + enc("GET", keys[7]) + enc("MGET", missing, *keys) +
+               enc("EXISTS", *keys, missing, keys[0]) + enc("TOUCH", *keys) +
+               enc("PING") + enc("DEL", *keys[:20]) + enc("UNLINK", *keys[10:], missing) +
+               enc("MGET", *keys[15:25]))
+        got = c.replies(9)
+    assert got[0] == b"OK" and got[1] == b"v-" + keys[7].encode(), got[:2]
+    assert got[2] == [None] + [("v-" + k).encode() for k in keys], got[2]
+    assert got[3:6] == [41, 40, b"PONG"], got[3:6]
+    assert got[6:8] == [20, 20], got[6:8]
+    assert got[8] == [None] * 10, got[8]
+    with Conn(proxy.port) as c:
+        assert c.cmd("MSET", *args) == b"OK"
+    for k in keys:
+        assert cluster.cmd(owner_port(cluster, k), "GET", k) == ("v-" + k).encode(), k
+    with Conn(proxy.port) as c:             # an odd MSET: what a node says of it
+        got = c.cmd("MSET", keys[0], "a", keys[3])
+        direct = cluster.cmd(cluster.primaries()[0]["port"], "MSET", keys[0], "a", keys[3])
+        assert isinstance(got, RespError) and got == direct, (got, direct)
+        assert c.cmd("DEL", *keys) == 40
+
+
+def test_whole_keyspace_commands_cover_every_primary(cluster, proxy):
+    """DBSIZE is the sum over the primaries, KEYS their union, FLUSHALL
+    empties each; SCRIPT LOAD loads the script on each (EVALSHA then runs on
+    any key's node)."""
+    with Conn(proxy.port) as c:
+        assert c.cmd("FLUSHALL") == b"OK"
+        assert all(cluster.cmd(n["port"], "DBSIZE") == 0 for n in cluster.primaries())
+        keys = ["ks:%d" % i for i in range(30)]
+        assert c.cmd("MSET", *[x for k in keys for x in (k, "1")]) == b"OK"
+        direct = sum(cluster.cmd(n["port"], "DBSIZE") for n in cluster.primaries())
+        assert c.cmd("DBSIZE") == direct == 30
+        assert sorted(c.cmd("KEYS", "ks:*")) == sorted(k.encode() for k in keys)
+        sha = c.cmd("SCRIPT", "LOAD", "return KEYS[1]")
+        assert all(c.cmd("EVALSHA", sha, "1", k) == k.encode() for k in keys)
+        assert c.cmd("FLUSHDB") == b"OK" and c.cmd("DBSIZE") == 0
 
 
 def test_rules_rewrite_on_every_primary(cluster, proxy):
