@@ -195,10 +195,11 @@ def test_pipelines_across_nodes_answer_in_order(cluster, proxy):
 
 
 def test_multi_key_commands_split_by_slot(cluster, proxy):
-    """MSET, MGET, EXISTS, TOUCH, DEL, UNLINK over keys of many slots on every
-    primary, pipelined among single-key commands: one reply each, merged in
-    the client's key order, and the keys where the cluster keeps them."""
-    keys = ["sp:%d" % i for i in range(40)]
+    """MSET, MGET, EXISTS, TOUCH, DEL, UNLINK over keys of 7 slots (each with
+    several keys, interleaved) on every primary, pipelined among single-key
+    commands: one reply each, merged in the client's key order, and the keys
+    where the cluster keeps them."""
+    keys = ["sp:{%d}:%d" % (i % 7, i) for i in range(40)]  # 7 slots, interleaved
     assert len({owner_port(cluster, k) for k in keys}) == 3
     missing = "sp:missing"
     args = [x for k in keys for x in (k, "v-" + k)]
