@@ -468,21 +468,30 @@ static struct unit *unit_new(struct route_state *r, int slot, int total, struct 
     return u;
 }
 
+/* One part per primary, each the request as it is (route_pick() saw one
+ * at least, in this same callback). */
+static struct merge_part *fanout_parts(const struct request *req, struct target **prim, int *n)
+{
+    const char *down;
+    *n = cluster_primaries(prim, MAX_PRIMARIES, &down);
+    ASSERT(*n > 0);
+    struct merge_part *parts = xcalloc((size_t)(*n > 0 ? *n : 1), sizeof *parts);
+    for (int i = 0; i < *n; i++) {
+        parts[i].slot = SLOT_NONE;
+        sbuf_add(&parts[i].req, req->raw.p, req->raw.len);
+    }
+    return parts;
+}
+
 /* The request goes as several: one unit per part, each to its node (a
  * slot's owner, or each primary in turn); their replies are merged. */
 static void commit_parts(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
     struct target *prim[MAX_PRIMARIES];
-    const char *down;
-    int n, np = r->slot == SLOT_CROSS ? 0 : cluster_primaries(prim, MAX_PRIMARIES, &down);
+    int n;
     struct merge_part *parts = r->slot == SLOT_CROSS ?
-        merge_split(req->argc, req->argv, r->width, key_slot, &n) : xcalloc((size_t)np, sizeof *parts);
-    for (int i = 0; r->slot != SLOT_CROSS && i < np; i++) {
-        parts[i].slot = SLOT_NONE;
-        sbuf_add(&parts[i].req, req->raw.p, req->raw.len);
-    }
-    n = r->slot == SLOT_CROSS ? n : np;
+        merge_split(req->argc, req->argv, r->width, key_slot, &n) : fanout_parts(req, prim, &n);
     for (int i = 0; i < n && !s->closing; i++) {
         struct unit *u = unit_new(r, parts[i].slot, 1, &parts[i].req);
         u->holds = 1;

@@ -11,6 +11,10 @@
 
 #include <stdint.h>
 
+/* The entry points session.c calls on its request path stay out of line:
+ * inlined (LTO), they would weigh on the non-routed path's code. */
+#define ROUTE_ENTRY __attribute__((noinline))
+
 struct session;
 struct request;
 struct req_plan;
@@ -29,16 +33,17 @@ void route_cron(struct session *s);
  * that serves its slot (s->be.t is that node now); -1 when it waits until
  * the replies owed are in (HELLO changes the protocol). needs_own: the
  * request would need a connection of its own in the shared mode. */
-int route_pick(struct session *s, const struct request *req, const struct req_plan *pl,
-               int needs_own);
+ROUTE_ENTRY int route_pick(struct session *s, const struct request *req,
+                           const struct req_plan *pl, int needs_own);
 
 /* The bytes gathered for the request being handled (session.c's batch
  * towards the backend, which is reset). */
-void route_take(struct session *s, struct wbatch *wb);
+ROUTE_ENTRY void route_take(struct session *s, struct wbatch *wb);
 /* The request was handled: what was gathered goes to its node, with the
  * replies owed there (s->mux_owed); or, forwarded as it is, as several
  * (split by slot, or to every primary: route_merge.h). */
-void route_commit(struct session *s, const struct request *req, struct wbatch *wb);
+ROUTE_ENTRY void route_commit(struct session *s, const struct request *req,
+                              struct wbatch *wb);
 
 /* mux.c: bytes of one reply for request `unit` of s, from node `from`. */
 void route_reply(struct session *s, uint32_t unit, const struct target *from, const char *p,

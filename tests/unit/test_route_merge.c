@@ -45,7 +45,8 @@ Test(route_merge, split_by_slot_keeps_pairs_and_positions)
     cr_assert_eq(p[0].npos, 2);
     cr_assert_eq(p[0].pos[0], 0);
     cr_assert_eq(p[0].pos[1], 2);
-    static const char want0[] = "*5\r\n$4\r\nMSET\r\n$2\r\na1\r\n$1\r\nx\r\n$2\r\na2\r\n$1\r\nz\r\n";
+    static const char want0[] = "*5\r\n$4\r\nMSET\r\n$2\r\na1\r\n$1\r\nx\r\n"
+                                "$2\r\na2\r\n$1\r\nz\r\n";
     cr_assert_eq(p[0].req.len, sizeof want0 - 1);
     cr_assert_eq(memcmp(p[0].req.p, want0, sizeof want0 - 1), 0);
     static const char want1[] = "*3\r\n$4\r\nMSET\r\n$2\r\nb1\r\n$1\r\ny\r\n";
