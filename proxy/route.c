@@ -88,6 +88,7 @@ struct route_state {
     unsigned char merge;        /* ...enum merge when it goes as several requests */
     int width;                  /* ...arguments per key (split by slot) */
     unsigned hint;              /* requests without keys go to this slot's owner */
+    int starting;               /* its client is not read until commands and slots are known */
     size_t parked;              /* bytes kept in units: at most max_buffer */
     struct cluster_wait wait;   /* units waiting for a topology read */
 };
@@ -756,16 +757,16 @@ void route_attach(struct session *s)
     r->head = r->next = TAG_BIT;
     r->hint = (unsigned)((uintptr_t)s >> 4) * 2654435761u;
     r->wait.done = on_topology;
+    r->starting = 1;
     s->route = r;
-    s->ident_wait = 1;                  /* not read until commands and slots are known */
     route_cron(s);
 }
 
 void route_cron(struct session *s)
 {
-    if (!s->ident_wait || !route_ready())
+    if (!s->route->starting || !route_ready())
         return;
-    s->ident_wait = 0;
+    s->route->starting = 0;
     session_resume(s);
 }
 

@@ -107,6 +107,28 @@ def test_config_refuses_what_route_does_not_take(tmp_path):
         assert "ttlguard.ini:%d" % line in r.stderr and words in r.stderr, (conf, r.stderr)
 
 
+def test_a_client_that_connects_before_the_slots_are_known(cluster, tmp_path):
+    """A client accepted before the backend's commands and the slot map are
+    read waits for them, then is served (not left unread)."""
+    p = RoutedProxy(tmp_path, cluster)
+    p.stderr_file = open(p.stderr_path, "ab")
+    p.proc = subprocess.Popen(p.command(), stdin=subprocess.DEVNULL, stdout=p.stderr_file,
+                              stderr=p.stderr_file, env=p.env)
+
+    def connect():
+        try:
+            return Conn(p.port, timeout=slow(5))
+        except OSError:
+            return None
+    try:
+        c = wait_for(connect, 10, "the routed listener", interval=0.005)
+        with c:
+            c.send(enc("SET", "early:{1}", "x") + enc("GET", "early:{1}") + enc("PING"))
+            assert c.replies(3) == [b"OK", b"x", b"PONG"]
+    finally:
+        assert p.stop() == 0, p.stderr()
+
+
 def test_redis_cli_without_c_reaches_every_primary(cluster, proxy):
     """Plain redis-cli: SET/GET/INCR of keys owned by each primary, from one
     address; each key is found on its owner directly."""
