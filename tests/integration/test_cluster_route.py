@@ -216,6 +216,25 @@ def test_pipelines_across_nodes_answer_in_order(cluster, proxy):
         assert got[2 * i] == values[k] and got[2 * i + 1] == len(values[k]), (i, k)
 
 
+def test_resp3_across_nodes(cluster, proxy):
+    """HELLO 3, then a pipeline over every primary: RESP3 replies (nulls,
+    maps) from each node's RESP3 connection, in order, a split MGET too."""
+    per_node = keys_on_each_primary(cluster, "r3:", 2)
+    keys = [k for ks in per_node.values() for k in ks]
+    with Conn(proxy.port) as c:
+        hello = c.cmd("HELLO", "3")
+        assert dict(hello)[b"proto"] == 3, hello
+        c.send(b"".join(enc("SET", k, k) + enc("HSET", k + "h", "f", "v") +
+                        enc("HGETALL", k + "h") + enc("GET", k + "nope") for k in keys) +
+               enc("MGET", keys[0], "r3:nope", keys[-1]))
+        got = c.replies(4 * len(keys) + 1)
+    for i, k in enumerate(keys):
+        assert got[4 * i] == b"OK" and got[4 * i + 1] in (0, 1), got[4 * i:4 * i + 4]
+        assert isinstance(got[4 * i + 2], harness.RespMap), got[4 * i + 2]
+        assert list(got[4 * i + 2]) == [(b"f", b"v")] and got[4 * i + 3] is None
+    assert got[-1] == [keys[0].encode(), None, keys[-1].encode()], got[-1]
+
+
 def test_multi_key_commands_split_by_slot(cluster, proxy):
     """MSET, MGET, EXISTS, TOUCH, DEL, UNLINK over keys of 7 slots (each with
     several keys, interleaved) on every primary, pipelined among single-key
