@@ -31,8 +31,14 @@
  * or the proxy's MULTI's +OK), at most MAX_HOPS times; then the client gets
  * what the cluster said (reply.c hides a node address in it).
  *
+ * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
+ * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL...
+ * to every primary) is one pending entry to the session and one unit per
+ * part here, each sent and redirected on its own; the session gets their
+ * merged reply once the last part's is in.
+ *
  * What route.c does not build yet is refused before anything is sent, with
- * an error that says so (route_pick()); keys in several slots get the
+ * an error that says so (route_pick()); other keys in several slots get the
  * cluster's own -CROSSSLOT.
  */
 #include <stdlib.h>
