@@ -1068,8 +1068,10 @@ int cluster_redirect(const char *p, size_t n, const struct target *from, struct 
     struct redirect rd;
     long long slot;
     *to = NULL;
-    if (n > 10 && memcmp(p, "-TRYAGAIN ", 10) == 0)
+    if (n > 10 && memcmp(p, "-TRYAGAIN ", 10) == 0) {
+        refresh_soon();             /* the request is sent again after that read */
         return REDIR_TRYAGAIN;
+    }
     if (parse_redirect(p, n, from, &rd) < 0 || slice_to_ll(rd.slot, &slot) != 0 ||
         slot < 0 || slot >= CLUSTER_SLOTS)
         return REDIR_NONE;

@@ -131,7 +131,7 @@ enum redirect_kind { REDIR_NONE, REDIR_MOVED, REDIR_ASK, REDIR_TRYAGAIN };
 /* -MOVED and -ASK: *to is the node it names when the topology lists it
  * (NULL otherwise: a topology read is started; never a connection to an
  * address only an error names). -MOVED also makes that node the slot's
- * owner at once and reads the topology again soon. */
+ * owner at once; it and -TRYAGAIN read the topology again soon. */
 int cluster_redirect(const char *p, size_t n, const struct target *from, struct target **to);
 
 /* Free what is left once the loop has ended. */
