@@ -382,8 +382,9 @@ def test_ask_tryagain_and_moved_of_a_slot_migrated_by_hand(cluster, proxy):
 
 def test_reshard_under_traffic_costs_no_errors(cluster, proxy):
     """`redis-cli --cluster reshard` of 150 slots while a client writes and
-    reads through the proxy: not one error, every value read back right and
-    found on the node that owns its slot afterwards."""
+    reads through the proxy (pipelines of SET, GET and a split MGET): not one
+    error, every value read back right and found on the node that owns its
+    slot afterwards."""
     import redis
     a, b = cluster.primaries()[0], cluster.primaries()[2]
     keys = ["rs:%d" % i for i in range(600)]
@@ -397,6 +398,7 @@ def test_reshard_under_traffic_costs_no_errors(cluster, proxy):
             for k in keys:
                 pipe.set(k, "%s-%d" % (k, rounds[0]))
                 pipe.get(k)
+            pipe.mget(keys[::10])           # split by slot, each part redirected alone
             try:
                 res = pipe.execute(raise_on_error=False)
             except Exception as e:      # noqa: BLE001 (a lost connection is a failure)
@@ -406,6 +408,8 @@ def test_reshard_under_traffic_costs_no_errors(cluster, proxy):
                 want = ("%s-%d" % (k, rounds[0])).encode()
                 if res[2 * i] is not True or res[2 * i + 1] != want:
                     errors.append((k, res[2 * i], res[2 * i + 1]))
+            if res[-1] != [("%s-%d" % (k, rounds[0])).encode() for k in keys[::10]]:
+                errors.append(("MGET", res[-1]))
             rounds[0] += 1
 
     t = threading.Thread(target=traffic)
