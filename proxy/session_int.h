@@ -126,7 +126,7 @@ struct session {
     int handles;                    /* open uv handles; the session is freed at 0 */
     unsigned char mode;             /* enum session_mode */
     struct mux *mux;                /* the shared connection its requests went to last */
-    struct route_state *route;            /* cluster = route: where its requests are (route.c) */
+    struct route_state *route;      /* cluster = route: where its requests are (route.c) */
     int mux_owed;                   /* replies owed for bytes not yet handed to the mux */
 
     unsigned pin_wait:1;            /* a stateful request waits for a dedicated connection */
