@@ -26,10 +26,10 @@
  * Redirects are followed here and never reach the client: -MOVED (the slot
  * map is updated at once and the topology read again soon), -ASK (ASKING,
  * then the request, on the named node's connection) and -TRYAGAIN (after
- * the next topology read, at most a second). A unit is sent again, whole,
- * only when none of its replies shows that anything ran (all are errors,
- * or the proxy's MULTI's +OK), at most MAX_HOPS times; then the client gets
- * what the cluster said (reply.c hides a node address in it).
+ * the topology read it starts: 0.2 s, at most a second). A unit is sent
+ * again, whole, only when none of its replies shows that anything ran (all
+ * are errors, or the proxy's MULTI's +OK), at most MAX_HOPS times; then the
+ * client gets what the cluster said (reply.c hides a node address in it).
  *
  * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
  * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL...
@@ -399,6 +399,7 @@ static void unit_clear_park(struct route_state *r, struct unit *u)
     r->parked -= u->park.len;
     free(u->park.p);
     u->park = (struct sbuf){ 0 };
+    u->part = 0;
 }
 
 static void unit_pop(struct route_state *r)
