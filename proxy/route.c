@@ -43,6 +43,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cluster.h"
 #include "commands.h"
@@ -55,6 +56,9 @@
 #include "util.h"
 
 #define MAX_HOPS        5               /* redirects followed for one request */
+#define POOL            32              /* buffers a session keeps for its next units */
+#define POOL_MAX_CAP    4096            /* ...each at most this big; freed when idle */
+#define BUF_FIRST       256             /* a new buffer's first size */
 #define TAG_BIT         0x80000000u     /* unit tags have it: 0 is "not routed" (mux.c) */
 #define SLOT_NONE       (-1)            /* the request names no key */
 #define SLOT_CROSS      (-2)            /* ...keys of several slots */
@@ -97,19 +101,29 @@ struct route_state {
     int starting;               /* its client is not read until commands and slots are known */
     size_t parked;              /* bytes kept in units: at most max_buffer */
     struct cluster_wait wait;   /* units waiting for a topology read */
+    struct sbuf spare[POOL];    /* buffers of units gone, for the next ones (no malloc
+                                   per request) */
+    int nspare;
 };
 
 /* ---- slots ---------------------------------------------------------------------- */
 
-/* CRC16-CCITT (XMODEM), as Redis Cluster hashes keys (cluster.c keyHashSlot). */
+/* CRC16-CCITT (XMODEM), as Redis Cluster hashes keys (cluster.c
+ * keyHashSlot), a byte at a time from a table made on first use. */
 static uint16_t crc16(const char *p, size_t n)
 {
-    uint16_t crc = 0;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= (uint16_t)((unsigned char)p[i] << 8);
-        for (int b = 0; b < 8; b++)
-            crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+    static uint16_t table[256];
+    if (table[1] == 0) {
+        for (int i = 0; i < 256; i++) {
+            uint16_t crc = (uint16_t)(i << 8);
+            for (int b = 0; b < 8; b++)
+                crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+            table[i] = crc;
+        }
     }
+    uint16_t crc = 0;
+    for (size_t i = 0; i < n; i++)
+        crc = (uint16_t)((crc << 8) ^ table[((crc >> 8) ^ (unsigned char)p[i]) & 0xff]);
     return crc;
 }
 
@@ -172,6 +186,26 @@ static int arity_slot(const struct cmd_arity *a, int argc, const struct slice *a
     return slot;
 }
 
+/* COMMAND's entry for the request's name: a binary search by name, kept
+ * per command (cmd_info) in a small cache whose hits are checked against
+ * the name (a new command set may reuse an address). */
+static const struct cmd_arity *arity_of(const struct cmd_arities *t, const struct cmd_info *ci,
+                                        struct slice name)
+{
+    static struct { const struct cmd_info *ci; const struct cmd_arity *a; } cache[64];
+    unsigned h = (unsigned)(((uintptr_t)ci >> 4) & 63);
+    const struct cmd_arity *a = cache[h].a;
+    if (ci != NULL && cache[h].ci == ci && a >= t->v && a < t->v + t->n && a->len == name.len &&
+        strncasecmp(a->name, name.p, name.len) == 0)
+        return a;
+    a = arities_find(t, name.p, name.len);
+    if (ci != NULL) {
+        cache[h].ci = ci;
+        cache[h].a = a;
+    }
+    return a;
+}
+
 /* The slot of a request's keys: the table's row finds them where it has
  * one (writes, scripts), else COMMAND's key range of the server. */
 static int request_slot(const struct request *req, const struct req_plan *pl)
@@ -190,7 +224,7 @@ static int request_slot(const struct request *req, const struct req_plan *pl)
             return slot;
     }
     const struct cmd_arities *t = &control_login()->cmds;
-    const struct cmd_arity *a = arities_find(t, req->argv[0].p, req->argv[0].len);
+    const struct cmd_arity *a = arity_of(t, pl->ci, req->argv[0]);
     if (a == NULL)
         return SLOT_NONE;               /* a command the node does not know: it says so */
     if (a->container && req->argc >= 2) {
@@ -394,11 +428,31 @@ static struct unit *unit_of(struct route_state *r, uint32_t tag)
     return i < r->units.len ? unit_at(r, i) : NULL;
 }
 
+/* b's buffer goes back to the pool (or is freed); b is empty after. */
+static void buf_put(struct route_state *r, struct sbuf *b)
+{
+    if (b->p != NULL && r->nspare < POOL && b->cap <= POOL_MAX_CAP)
+        r->spare[r->nspare++] = (struct sbuf){ b->p, 0, b->cap };
+    else
+        free(b->p);
+    *b = (struct sbuf){ 0 };
+}
+
+/* An empty b gets a buffer from the pool, or a new one. */
+static void buf_get(struct route_state *r, struct sbuf *b)
+{
+    if (b->p != NULL)
+        return;
+    if (r->nspare > 0)
+        *b = r->spare[--r->nspare];
+    else
+        sbuf_reserve(b, BUF_FIRST);
+}
+
 static void unit_clear_park(struct route_state *r, struct unit *u)
 {
     r->parked -= u->park.len;
-    free(u->park.p);
-    u->park = (struct sbuf){ 0 };
+    buf_put(r, &u->park);
     u->part = 0;
 }
 
@@ -406,7 +460,7 @@ static void unit_pop(struct route_state *r)
 {
     struct unit *u = unit_at(r, 0);
     unit_clear_park(r, u);
-    free(u->req.p);
+    buf_put(r, &u->req);
     free(u->pos);
     ring_pop(&r->units);
     r->head = ((r->head + 1) & ~TAG_BIT) | TAG_BIT;
@@ -417,6 +471,7 @@ static void unit_pop(struct route_state *r)
 static void park_bytes(struct session *s, struct unit *u, const void *p, size_t n)
 {
     struct route_state *r = s->route;
+    buf_get(r, &u->park);
     sbuf_add(&u->park, p, n);
     r->parked += n;
     if (r->parked > s->ctx->cfg->max_buffer && !s->closing) {
@@ -457,6 +512,7 @@ static void unit_send(struct session *s, struct unit *u, struct target *t, int a
 
 void route_take(struct session *s, struct wbatch *wb)
 {
+    buf_get(s->route, &s->route->cur);
     for (int i = 0; i < wb->n; i++) {
         const char *base = wb->arena_off[i] != (size_t)-1 ? wb->arena + wb->arena_off[i]
                                                           : wb->iov[i].base;
@@ -771,6 +827,10 @@ void route_attach(struct session *s)
 
 void route_cron(struct session *s)
 {
+    struct route_state *r = s->route;
+    if (r->units.len == 0)              /* idle: its memory back */
+        while (r->nspare > 0)
+            free(r->spare[--r->nspare].p);
     if (!s->route->starting || !route_ready())
         return;
     s->route->starting = 0;
@@ -788,6 +848,8 @@ void route_free(struct session *s)
         unit_pop(r);
     ring_free(&r->units);
     free(r->cur.p);
+    while (r->nspare > 0)
+        free(r->spare[--r->nspare].p);
     free(r);
     s->route = NULL;
 }
