@@ -147,6 +147,35 @@ def test_redis_cli_without_c_reaches_every_primary(cluster, proxy):
     assert cli(proxy.port, "PING") == "PONG"
 
 
+def _moved_count(cluster):
+    """-MOVED replies the primaries have sent so far (INFO errorstats)."""
+    total = 0
+    for n in cluster.primaries():
+        text = cluster.cmd(n["port"], "INFO", "errorstats").decode()
+        for line in text.splitlines():
+            if line.startswith("errorstat_MOVED:count="):
+                total += int(line.split("=", 1)[1].split(",")[0])
+    return total
+
+
+def test_requests_go_to_the_owner_first(cluster, proxy):
+    """With a stable cluster every request reaches the node that owns its
+    slot at once: the slot is computed as the cluster computes it (hash
+    tags too), so no node answers -MOVED (which the proxy would follow
+    silently)."""
+    import redis
+    r = redis.Redis(port=proxy.port)
+    cli(proxy.port, "GET", "warm")          # the slot map from a first read
+    before = _moved_count(cluster)
+    pipe = r.pipeline(transaction=False)
+    for i in range(300):
+        pipe.set("own:%d" % i, i)
+        pipe.get("{own%d}:x" % i)
+        pipe.hget("own:{%d}h" % i, "f")
+    pipe.execute()
+    assert _moved_count(cluster) == before
+
+
 def test_standalone_answers_and_refusals(proxy):
     """What a standalone server says to cluster commands, what a cluster says
     to SELECT and to keys of several slots, and the limitations of this slice,
