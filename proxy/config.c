@@ -1224,7 +1224,8 @@ static void check_sentinel(struct parse *p, const struct section *s)
                 "sentinel the backend is the primary the Sentinels name");
     else if (c->cluster || c->backend_tls)
         fail_at(p, line_of(s, c->cluster ? "cluster" : "backend_tls"), "sentinel with %s is "
-                "not supported yet", c->cluster ? "cluster = on" : "backend_tls = on");
+                "not supported yet", c->cluster == CLUSTER_ROUTE ? "cluster = route" :
+                c->cluster ? "cluster = on" : "backend_tls = on");
     else if (c->sentinel_username != NULL && c->sentinel_password == NULL)
         fail_at(p, line_of(s, "sentinel_username"), "sentinel_username needs "
                 "sentinel_password: an ACL user needs both");

@@ -669,6 +669,8 @@ Test(config, cluster_route)
     load_err("[proxy]\ncluster = route\nwatch = on\n", 3, "cluster = route with watch = on");
     load_err("[proxy]\ncluster = route\nbackend = unix:/tmp/r.sock\n", 3,
              "needs host:port seeds");
+    load_err("[proxy]\ncluster = route\nsentinel = 127.0.0.1:26379\nsentinel_master = m\n", 2,
+             "sentinel with cluster = route is not supported yet");
     load_err("[proxy]\ncluster = route\n[user \"app\"]\npassword_sha256 = "
              "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8\n", 3,
              "[user \"app\"]: cluster = route does not log clients in itself yet");
