@@ -46,12 +46,12 @@ enum fifo_kind {
     FE_SESSION,     /* the reply goes to `s` */
     FE_GONE,        /* its session closed: read and dropped */
     FE_INTERNAL,    /* the reply to the connection's own SELECT or HELLO: dropped */
+    FE_ROUTED,      /* the reply goes to `s`'s request `unit` (cluster = route) */
 };
 
 struct fifo_entry {
     unsigned char kind;     /* enum fifo_kind */
-    uint32_t unit;          /* cluster = route: the request of s the reply is for (route.c);
-                               0: s's next reply, as ever */
+    uint32_t unit;          /* FE_ROUTED: the request of s the reply is for (route.c) */
     struct session *s;
 };
 
@@ -78,12 +78,13 @@ static struct fifo_entry *fifo_at(struct mux *m, uint32_t i)
     return ring_at(&m->fifo, sizeof(struct fifo_entry), i);
 }
 
-static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int n,
-                      uint32_t unit)
+static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int n)
 {
-    while (n-- > 0)
-        *(struct fifo_entry *)ring_push(&m->fifo, sizeof(struct fifo_entry), 256) =
-            (struct fifo_entry){ kind, unit, s };
+    while (n-- > 0) {
+        struct fifo_entry *e = ring_push(&m->fifo, sizeof(struct fifo_entry), 256);
+        e->kind = kind;             /* `unit` is read for FE_ROUTED only */
+        e->s = s;
+    }
 }
 
 static void out_add(struct mux *m, const char *p, size_t n)
@@ -129,7 +130,7 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
               "(db %d, RESP%d): %s", m->be.t->name, m->db, m->resp3 ? 3 : 2, why);
     for (uint32_t i = 0; i < m->fifo.len; i++) {
         struct fifo_entry *e = fifo_at(m, i);
-        if (e->kind == FE_SESSION)
+        if (e->kind == FE_SESSION || e->kind == FE_ROUTED)
             session_shared_lost(e->s, was_ready);
         e->kind = FE_GONE;
     }
@@ -215,20 +216,19 @@ static void mux_routed_reply(struct mux *m, const char *p, size_t n, int done, c
         return;
     if (done)
         ring_pop(&m->fifo);
-    if (head.kind == FE_SESSION)
-        route_reply(head.s, head.unit, m->be.t, p, n, done, type, start);
+    route_reply(head.s, head.unit, m->be.t, p, n, done, type, start);
 }
 
 static void mux_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
 {
     struct mux *m = b->owner;
     struct fifo_entry *e = m->fifo.len ? fifo_at(m, 0) : NULL;
-    if (e != NULL && e->unit != 0) {
+    if (e != NULL && e->kind == FE_SESSION) {
+        session_reply(e->s, p, n, done, type, start);
+    } else if (e != NULL && e->kind == FE_ROUTED) {
         mux_routed_reply(m, p, n, done, type, start);
         return;
     }
-    if (e != NULL && e->kind == FE_SESSION)
-        session_reply(e->s, p, n, done, type, start);
     /* A push (`DEBUG PROTOCOL push`: pub/sub and tracking pin) goes to the
      * session whose reply comes next, and the reply still does. */
     if (!done || e == NULL || type == '>')
@@ -275,11 +275,11 @@ static void mux_handshake(struct mux *m)
         int n = snprintf(num, sizeof num, "%d", m->db);
         int len = snprintf(sel, sizeof sel, "*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n", n, num);
         out_add(m, sel, (size_t)len);
-        fifo_push(m, FE_INTERNAL, NULL, 1, 0);
+        fifo_push(m, FE_INTERNAL, NULL, 1);
     }
     if (m->resp3) {
         out_add(m, hello3, sizeof hello3 - 1);
-        fifo_push(m, FE_INTERNAL, NULL, 1, 0);
+        fifo_push(m, FE_INTERNAL, NULL, 1);
     }
 }
 
@@ -309,7 +309,7 @@ static struct mux *mux_get(struct clients *cl, struct target *t, int db, int res
 }
 
 /* s queued requests on m: written this loop iteration. */
-static void mux_queued(struct mux *m, struct session *s)
+static inline __attribute__((always_inline)) void mux_queued(struct mux *m, struct session *s)
 {
     if (m->be.state == BC_READY)
         uv_check_start(&m->flusher, on_mux_check);
@@ -339,7 +339,7 @@ int mux_append(struct session *s, struct wbatch *wb)
         out_add(m, base, wb->iov[i].len);
     }
     wbatch_reset(wb);
-    fifo_push(m, FE_SESSION, s, s->mux_owed, 0);
+    fifo_push(m, FE_SESSION, s, s->mux_owed);
     s->mux_owed = 0;
     mux_queued(m, s);
     return 0;
@@ -353,7 +353,9 @@ int mux_send(struct session *s, struct target *t, const char *p, size_t n, int o
         return -1;
     s->mux = m;
     out_add(m, p, n);
-    fifo_push(m, FE_SESSION, s, owed, unit);
+    while (owed-- > 0)
+        *(struct fifo_entry *)ring_push(&m->fifo, sizeof(struct fifo_entry), 256) =
+            (struct fifo_entry){ FE_ROUTED, unit, s };
     mux_queued(m, s);
     return 0;
 }
@@ -364,7 +366,7 @@ static void mux_forget_on(struct mux *m, struct session *s)
         return;
     for (uint32_t i = 0; i < m->fifo.len; i++) {
         struct fifo_entry *e = fifo_at(m, i);
-        if (e->kind == FE_SESSION && e->s == s)
+        if ((e->kind == FE_SESSION || e->kind == FE_ROUTED) && e->s == s)
             e->kind = FE_GONE;
     }
 }

@@ -18,8 +18,8 @@
  *              the session sees its replies in request order, as from one server
  *
  * A connection answers in order, so the FIFO of each shared connection
- * names the unit each reply is for (mux.c's fifo_entry.unit: a tag, never
- * 0). A unit that gets several replies (the proxy's MULTI form, probes,
+ * names the unit each reply is for (mux.c's FE_ROUTED entries: a tag that
+ * counts up with the session's units). A unit that gets several replies (the proxy's MULTI form, probes,
  * follow-ups) keeps all of them until the last is in: a redirect may come
  * after the first.
  *
@@ -59,7 +59,6 @@
 #define POOL            32              /* buffers a session keeps for its next units */
 #define POOL_MAX_CAP    4096            /* ...each at most this big; freed when idle */
 #define BUF_FIRST       256             /* a new buffer's first size */
-#define TAG_BIT         0x80000000u     /* unit tags have it: 0 is "not routed" (mux.c) */
 #define SLOT_NONE       (-1)            /* the request names no key */
 #define SLOT_CROSS      (-2)            /* ...keys of several slots */
 #define SLOT_UNKNOWN    (-3)            /* ...keys the proxy cannot find */
@@ -424,7 +423,7 @@ static struct unit *unit_at(struct route_state *r, uint32_t i)
 
 static struct unit *unit_of(struct route_state *r, uint32_t tag)
 {
-    uint32_t i = (tag - r->head) & ~TAG_BIT;
+    uint32_t i = tag - r->head;        /* tags count up (and wrap) with the queue */
     return i < r->units.len ? unit_at(r, i) : NULL;
 }
 
@@ -463,7 +462,7 @@ static void unit_pop(struct route_state *r)
     buf_put(r, &u->req);
     free(u->pos);
     ring_pop(&r->units);
-    r->head = ((r->head + 1) & ~TAG_BIT) | TAG_BIT;
+    r->head++;
     if (r->units.len == 0 && r->units.cap > 64)
         ring_free(&r->units);
 }
@@ -528,7 +527,7 @@ static struct unit *unit_new(struct route_state *r, int slot, int total, struct 
     *u = (struct unit){ .tag = r->next, .slot = slot, .total = total, .holds = total > 1,
                         .req = *req };
     *req = (struct sbuf){ 0 };
-    r->next = ((r->next + 1) & ~TAG_BIT) | TAG_BIT;
+    r->next++;
     return u;
 }
 
@@ -817,7 +816,6 @@ void route_attach(struct session *s)
 {
     struct route_state *r = xcalloc(1, sizeof *r);
     r->s = s;
-    r->head = r->next = TAG_BIT;
     r->hint = (unsigned)((uintptr_t)s >> 4) * 2654435761u;
     r->wait.done = on_topology;
     r->starting = 1;
