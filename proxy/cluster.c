@@ -50,6 +50,10 @@ static struct {
     int stopping;
 } cl;
 
+/* cluster = route: the primary that serves each slot, from the last
+ * topology read (and -MOVED since); NULL where none does. */
+static struct cnode *slot_owner[CLUSTER_SLOTS];
+
 static const char *announce_host(void)
 {
     const struct config *cfg = cl.ctx->cfg;
@@ -70,6 +74,8 @@ static void node_listen(struct cnode *c)
 {
     const struct config *cfg = cl.ctx->cfg;
     char err[400];
+    if (cfg->cluster == CLUSTER_ROUTE)
+        return;                         /* one address: no node listeners */
     c->l.on_accept = cl.accept;
     c->l.target = &c->t;
     c->l.tls = cl.entry->tls;           /* TLS like the entry port (tls_listen) */
@@ -713,6 +719,31 @@ static int shard_served(struct rv *nodes)
     return 0;
 }
 
+static int int_of(const struct rv *v)
+{
+    long long x;
+    if (v == NULL || v->type != ':' || slice_to_ll((struct slice){ v->s, v->len }, &x) != 0 ||
+        x < 0 || x >= CLUSTER_SLOTS)
+        return -1;
+    return (int)x;
+}
+
+static void own_slots(int lo, int hi, struct cnode *c)
+{
+    for (int i = lo; c != NULL && lo >= 0 && i <= hi && i < CLUSTER_SLOTS; i++)
+        slot_owner[i] = c;
+}
+
+/* A CLUSTER SHARDS shard's slots ([start, end, ...]) go to its primary
+ * while it is online (none serves them otherwise). */
+static void learn_shard_slots(struct rv *slots, struct cnode *owner)
+{
+    if (owner != NULL && !owner->healthy)
+        owner = NULL;
+    for (size_t k = 0; slots != NULL && slots->type == '*' && k + 1 < slots->n; k += 2)
+        own_slots(int_of(&slots->el[k]), int_of(&slots->el[k + 1]), owner);
+}
+
 /* One shard of CLUSTER SHARDS: its nodes, and its replicas' primary (the
  * node that serves its slots), which the background audit reads instead
  * with audit_from = replica. */
@@ -734,6 +765,7 @@ static void learn_shard(struct rv *shard)
         if (c != NULL && !c->primary)
             c->of = owner;
     }
+    learn_shard_slots(slots, owner);
 }
 
 /* CLUSTER SLOTS (servers without SHARDS): the nodes that serve slots, and
@@ -753,10 +785,12 @@ static void learn_slots(struct rv *root)
                 continue;
             c->seen = c->healthy = 1;
             c->primary = c->owns_slots = j == 2;
-            if (j == 2)
+            if (j == 2) {
                 primary = c;
-            else
+                own_slots(int_of(&range->el[0]), int_of(&range->el[1]), c);
+            } else {
                 c->of = primary;
+            }
         }
     }
 }
@@ -783,6 +817,7 @@ static void learn_topology(const char *p, size_t n)
         c->seen = 0;
         c->of = NULL;
     }
+    memset(slot_owner, 0, sizeof slot_owner);
     if (cl.use_slots) {
         learn_slots(t.root);
     } else {
@@ -1008,4 +1043,46 @@ void cluster_free(void)
     cl.nodes = NULL;
     free(cl.reply.p);
     cl.reply.p = NULL;
+}
+
+/* ---- cluster = route ------------------------------------------------------------ */
+
+struct target *cluster_slot_target(int slot)
+{
+    struct cnode *c = slot >= 0 && slot < CLUSTER_SLOTS ? slot_owner[slot] : NULL;
+    return c != NULL ? &c->t : NULL;
+}
+
+int cluster_slots_read(void)
+{
+    return cl.reads > 0;
+}
+
+struct target *cluster_any_primary(unsigned hint)
+{
+    return cluster_slot_target((int)(hint % CLUSTER_SLOTS));
+}
+
+int cluster_redirect(const char *p, size_t n, const struct target *from, struct target **to)
+{
+    struct redirect rd;
+    long long slot;
+    *to = NULL;
+    if (n > 10 && memcmp(p, "-TRYAGAIN ", 10) == 0) {
+        refresh_soon();             /* the request is sent again after that read */
+        return REDIR_TRYAGAIN;
+    }
+    if (parse_redirect(p, n, from, &rd) < 0 || slice_to_ll(rd.slot, &slot) != 0 ||
+        slot < 0 || slot >= CLUSTER_SLOTS)
+        return REDIR_NONE;
+    struct cnode *c = node_find(&rd.node);
+    int moved = rd.word[0] == 'M';
+    if (moved && c != NULL)
+        slot_owner[slot] = c;       /* as cluster clients do, until the read says more */
+    if (moved || c == NULL)
+        refresh_soon();
+    if (c == NULL)
+        cl.next_refresh = 0;
+    *to = c != NULL ? &c->t : NULL;
+    return moved ? REDIR_MOVED : REDIR_ASK;
 }

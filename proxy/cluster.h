@@ -23,6 +23,10 @@
  * topology (CLUSTER SHARDS from a seed, on a backend connection of its own)
  * is read at start, every few seconds, and soon after a reply named a new
  * node, to keep ids and roles current.
+ *
+ * With cluster = route there are no node listeners: the topology's slot map
+ * (which primary serves each slot, updated by -MOVED at once) tells route.c
+ * where each request goes.
  */
 #ifndef TTLG_CLUSTER_H
 #define TTLG_CLUSTER_H
@@ -108,6 +112,27 @@ struct target *cluster_replica_of(const struct target *p);
 
 /* 1 while the last topology read showed t as an online replica of p. */
 int cluster_is_replica_of(const struct target *t, const struct target *p);
+
+/* ---- cluster = route (route.c) ---- */
+
+#define CLUSTER_SLOTS 16384
+
+/* The primary serving slot as far as the topology (and -MOVED since) says;
+ * NULL when none does (yet). */
+struct target *cluster_slot_target(int slot);
+/* 1 once a topology read has ended (the slot map is filled). */
+int cluster_slots_read(void);
+/* A primary for a command without keys: the owner of slot hint % 16384. */
+struct target *cluster_any_primary(unsigned hint);
+
+/* What an error reply (n complete bytes, from node `from`) asks of the one
+ * who sent the request. */
+enum redirect_kind { REDIR_NONE, REDIR_MOVED, REDIR_ASK, REDIR_TRYAGAIN };
+/* -MOVED and -ASK: *to is the node it names when the topology lists it
+ * (NULL otherwise: a topology read is started; never a connection to an
+ * address only an error names). -MOVED also makes that node the slot's
+ * owner at once; it and -TRYAGAIN read the topology again soon. */
+int cluster_redirect(const char *p, size_t n, const struct target *from, struct target **to);
 
 /* Free what is left once the loop has ended. */
 void cluster_free(void);

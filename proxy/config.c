@@ -149,7 +149,7 @@ static const struct conf_key conf_keys[] = {
     { "tls_ciphers",              IN_PROXY, parse_optional, CFG(tls_ciphers),              0, 0, NULL },
     { "tls_ciphersuites",         IN_PROXY, parse_optional, CFG(tls_ciphersuites),         0, 0, NULL },
 
-    { "cluster",                  IN_PROXY, parse_onoff,      CFG(cluster),            0, 0, NULL },
+    { "cluster",                  IN_PROXY, parse_choice,     CFG(cluster),            0, 0, "off|on|route" },
     { "cluster_ports",            IN_PROXY, parse_port_range, CFG(cluster_port_min),   0, 0, NULL },
     { "cluster_announce",         IN_PROXY, parse_optional,   CFG(cluster_announce),   0, 0, NULL },
 
@@ -1107,6 +1107,31 @@ static int port_of(const char *text)
     return text != NULL && addr_parse(text, &a, why, sizeof why) == 0 && !a.is_unix ? a.port : 0;
 }
 
+/* cluster = route: one address, no node listeners; what it does not
+ * build yet is refused here rather than half done. */
+static void check_route(struct parse *p, const struct section *s)
+{
+    const struct config *c = p->cfg;
+    static const char *const node_keys[] = { "cluster_ports", "cluster_announce" };
+    for (size_t i = 0; i < sizeof node_keys / sizeof node_keys[0]; i++) {
+        if (key_set(s, node_keys[i])) {
+            fail_at(p, line_of(s, node_keys[i]), "cluster = route has no node listeners: "
+                    "%s is for cluster = on; remove it", node_keys[i]);
+            return;
+        }
+    }
+    if (!c->multiplex)
+        fail_at(p, line_of(s, "multiplex"), "cluster = route sends every request over the "
+                "shared connection of the node that owns its slot: multiplex = off is not "
+                "supported with it (yet)");
+    else if (c->watch)
+        fail_at(p, line_of(s, "watch"), "cluster = route with watch = on is not supported "
+                "yet (keyspace notifications are per node)");
+    else if (c->client_password.set)
+        fail_at(p, line_of(s, "client_password"), "cluster = route does not log clients in "
+                "itself yet: client_password and [user] sections are not supported with it");
+}
+
 /* cluster = on and its keys. */
 static void check_cluster(struct parse *p, const struct section *s)
 {
@@ -1131,6 +1156,10 @@ static void check_cluster(struct parse *p, const struct section *s)
     if (strncmp(c->backend, "unix:", 5) == 0) {
         fail_at(p, line_of(s, "backend"), "cluster = on needs host:port seeds, not %s "
                 "(cluster nodes talk TCP)", c->backend);
+        return;
+    }
+    if (c->cluster == CLUSTER_ROUTE) {
+        check_route(p, s);
         return;
     }
     if (c->cluster_port_min == 0) {
@@ -1195,7 +1224,8 @@ static void check_sentinel(struct parse *p, const struct section *s)
                 "sentinel the backend is the primary the Sentinels name");
     else if (c->cluster || c->backend_tls)
         fail_at(p, line_of(s, c->cluster ? "cluster" : "backend_tls"), "sentinel with %s is "
-                "not supported yet", c->cluster ? "cluster = on" : "backend_tls = on");
+                "not supported yet", c->cluster == CLUSTER_ROUTE ? "cluster = route" :
+                c->cluster ? "cluster = on" : "backend_tls = on");
     else if (c->sentinel_username != NULL && c->sentinel_password == NULL)
         fail_at(p, line_of(s, "sentinel_username"), "sentinel_username needs "
                 "sentinel_password: an ACL user needs both");
@@ -1281,6 +1311,11 @@ static void collect_users(struct parse *p)
         c->users.v = xrealloc(c->users.v, (c->users.n + 1) * sizeof s->user);
         c->users.v[c->users.n++] = s->user;
         memset(&s->user, 0, sizeof s->user);
+        if (c->cluster == CLUSTER_ROUTE) {
+            fail_at(p, s->line, "[%s]: cluster = route does not log clients in itself yet: "
+                    "[user] sections are not supported with it", s->rule.label);
+            return;
+        }
     }
 }
 

@@ -89,13 +89,20 @@ struct config {
     struct tls_context *client_tls_ctx;     /* NULL without tls_listen */
 
     /* Redis Cluster (cluster.c) */
-    int cluster;                    /* the backend is a Redis Cluster; 0 */
+    int cluster;                    /* enum cluster_mode; CLUSTER_OFF */
     int cluster_port_min;           /* cluster_ports: one listener per node from this range */
     int cluster_port_max;
     char *cluster_announce;         /* host in rewritten topology replies; NULL: the listen host */
 
     /* [default], [ttl "P"], [durable "P"] */
     struct ruleset rules;
+};
+
+/* cluster = off | on | route (the words' order is parse_choice's). */
+enum cluster_mode {
+    CLUSTER_OFF,
+    CLUSTER_ON,         /* one listener per node (cluster.c) */
+    CLUSTER_ROUTE,      /* one address, requests routed by slot (route.c) */
 };
 
 /* Fill *cfg with the built-in defaults (no file). The strings are allocated:

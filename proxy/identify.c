@@ -362,6 +362,18 @@ static int arity_cmp(const void *a, const void *b)
     return name_cmp(x->name, x->len, y->name, y->len);
 }
 
+/* An entry's first, last and step, and whether its flags say movablekeys. */
+static void key_range(struct cmd_arity *a, const redisReply *e)
+{
+    if (e->elements < 6 || e->element[3]->type != REDIS_REPLY_INTEGER ||
+        e->element[4]->type != REDIS_REPLY_INTEGER || e->element[5]->type != REDIS_REPLY_INTEGER)
+        return;
+    a->first = (int)e->element[3]->integer;
+    a->last = (int)e->element[4]->integer;
+    a->step = (int)e->element[5]->integer;
+    a->movable = has_flag(e->element[2], "movablekeys");
+}
+
 /* One entry: name arity flags first last step acl tips key_specs subcommands
  * (the last three since Redis 7.0; subcommands are entries of their own). */
 static void add_arity(struct cmd_arities *t, size_t *cap, const redisReply *e, int top)
@@ -383,6 +395,7 @@ static void add_arity(struct cmd_arities *t, size_t *cap, const redisReply *e, i
         .container = container,
         .sub = !top,
     };
+    key_range(&t->v[t->n - 1], e);
     for (size_t i = 0; container && i < subs->elements; i++)
         add_arity(t, cap, subs->element[i], 0);
 }

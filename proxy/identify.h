@@ -40,6 +40,10 @@ struct cmd_arity {
     int arity;                  /* N exactly, -N at least N arguments, the name included */
     int container;              /* it has subcommands ("config") */
     int sub;                    /* it is one ("config|get") */
+    int first, last, step;      /* its keys as COMMAND's legacy range gives them: argv[first],
+                                   every step-th up to argv[last] (< 0: from the end); first
+                                   0: none (cluster = route finds a request's slot with it) */
+    int movable;                /* "movablekeys": the range may miss some (numkeys, STREAMS) */
 };
 
 /* Every command of a server, sorted by name (case-insensitive). */

@@ -243,8 +243,10 @@ static void unknown_subcommand(const struct request *req, struct login *out)
 /* The commands every server in the table runs before a login (CMD_NO_AUTH),
  * with their arities: what is known while COMMAND has not been read. */
 static struct cmd_arity no_auth_cmds[] = {
-    { (char *)"auth", 4, -2, 0, 0 }, { (char *)"hello", 5, -1, 0, 0 },
-    { (char *)"quit", 4, -1, 0, 0 }, { (char *)"reset", 5, 1, 0, 0 },
+    { .name = (char *)"auth", .len = 4, .arity = -2 },
+    { .name = (char *)"hello", .len = 5, .arity = -1 },
+    { .name = (char *)"quit", .len = 4, .arity = -1 },
+    { .name = (char *)"reset", .len = 5, .arity = 1 },
 };
 static const struct cmd_arities no_auth_table = { no_auth_cmds, 4 };
 

@@ -37,6 +37,7 @@
 
 #include "control.h"
 #include "mux.h"
+#include "route.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -45,10 +46,12 @@ enum fifo_kind {
     FE_SESSION,     /* the reply goes to `s` */
     FE_GONE,        /* its session closed: read and dropped */
     FE_INTERNAL,    /* the reply to the connection's own SELECT or HELLO: dropped */
+    FE_ROUTED,      /* the reply goes to `s`'s request `unit` (cluster = route) */
 };
 
 struct fifo_entry {
     unsigned char kind;     /* enum fifo_kind */
+    uint32_t unit;          /* FE_ROUTED: the request of s the reply is for (route.c) */
     struct session *s;
 };
 
@@ -77,9 +80,11 @@ static struct fifo_entry *fifo_at(struct mux *m, uint32_t i)
 
 static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int n)
 {
-    while (n-- > 0)
-        *(struct fifo_entry *)ring_push(&m->fifo, sizeof(struct fifo_entry), 256) =
-            (struct fifo_entry){ kind, s };
+    while (n-- > 0) {
+        struct fifo_entry *e = ring_push(&m->fifo, sizeof(struct fifo_entry), 256);
+        e->kind = kind;             /* `unit` is read for FE_ROUTED only */
+        e->s = s;
+    }
 }
 
 static void out_add(struct mux *m, const char *p, size_t n)
@@ -125,7 +130,7 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
               "(db %d, RESP%d): %s", m->be.t->name, m->db, m->resp3 ? 3 : 2, why);
     for (uint32_t i = 0; i < m->fifo.len; i++) {
         struct fifo_entry *e = fifo_at(m, i);
-        if (e->kind == FE_SESSION)
+        if (e->kind == FE_SESSION || e->kind == FE_ROUTED)
             session_shared_lost(e->s, was_ready);
         e->kind = FE_GONE;
     }
@@ -199,12 +204,31 @@ static void mux_ready(struct bconn *b)
         uv_check_start(&m->flusher, on_mux_check);
 }
 
+/* cluster = route: the reply goes to its request's place in the session
+ * (route.c); the entry is popped first, as route_reply() may send more on
+ * this connection (a redirect followed). Pushes are nobody's: the commands
+ * that ask for them are refused in that mode. */
+static void mux_routed_reply(struct mux *m, const char *p, size_t n, int done, char type,
+                             int start)
+{
+    struct fifo_entry head = *fifo_at(m, 0);
+    if (type == '>')
+        return;
+    if (done)
+        ring_pop(&m->fifo);
+    route_reply(head.s, head.unit, m->be.t, p, n, done, type, start);
+}
+
 static void mux_reply(struct bconn *b, const char *p, size_t n, int done, char type, int start)
 {
     struct mux *m = b->owner;
     struct fifo_entry *e = m->fifo.len ? fifo_at(m, 0) : NULL;
-    if (e != NULL && e->kind == FE_SESSION)
+    if (e != NULL && e->kind == FE_SESSION) {
         session_reply(e->s, p, n, done, type, start);
+    } else if (e != NULL && e->kind == FE_ROUTED) {
+        mux_routed_reply(m, p, n, done, type, start);
+        return;
+    }
     /* A push (`DEBUG PROTOCOL push`: pub/sub and tracking pin) goes to the
      * session whose reply comes next, and the reply still does. */
     if (!done || e == NULL || type == '>')
@@ -284,6 +308,19 @@ static struct mux *mux_get(struct clients *cl, struct target *t, int db, int res
     return m->failed ? NULL : m;    /* NULL when the connect failed at once */
 }
 
+/* s queued requests on m: written this loop iteration. */
+static inline __attribute__((always_inline)) void mux_queued(struct mux *m, struct session *s)
+{
+    if (m->be.state == BC_READY)
+        uv_check_start(&m->flusher, on_mux_check);
+    if (mux_backlog(m) > s->ctx->cfg->max_buffer) {
+        /* Redis is not keeping up: no more requests from this client until
+         * the shared connection has drained to half. */
+        m->paused = 1;
+        session_pause(s);
+    }
+}
+
 int mux_attach(struct session *s)
 {
     s->mux = mux_get(s->cl, s->be.t, s->db, s->resp3);
@@ -304,28 +341,46 @@ int mux_append(struct session *s, struct wbatch *wb)
     wbatch_reset(wb);
     fifo_push(m, FE_SESSION, s, s->mux_owed);
     s->mux_owed = 0;
-    if (m->be.state == BC_READY)
-        uv_check_start(&m->flusher, on_mux_check);
-    if (mux_backlog(m) > s->ctx->cfg->max_buffer) {
-        /* Redis is not keeping up: no more requests from this client until
-         * the shared connection has drained to half. */
-        m->paused = 1;
-        session_pause(s);
-    }
+    mux_queued(m, s);
     return 0;
 }
 
-/* A session goes away: replies still owed to it are read and dropped. */
-void mux_forget(struct session *s)
+int mux_send(struct session *s, struct target *t, const char *p, size_t n, int owed,
+             uint32_t unit)
 {
-    struct mux *m = s->mux;
+    struct mux *m = mux_get(s->cl, t, s->db, s->resp3);
+    if (m == NULL)
+        return -1;
+    s->mux = m;
+    out_add(m, p, n);
+    while (owed-- > 0)
+        *(struct fifo_entry *)ring_push(&m->fifo, sizeof(struct fifo_entry), 256) =
+            (struct fifo_entry){ FE_ROUTED, unit, s };
+    mux_queued(m, s);
+    return 0;
+}
+
+static void mux_forget_on(struct mux *m, struct session *s)
+{
     if (m == NULL || m->failed)
         return;
     for (uint32_t i = 0; i < m->fifo.len; i++) {
         struct fifo_entry *e = fifo_at(m, i);
-        if (e->kind == FE_SESSION && e->s == s)
+        if ((e->kind == FE_SESSION || e->kind == FE_ROUTED) && e->s == s)
             e->kind = FE_GONE;
     }
+}
+
+/* A session goes away: replies still owed to it are read and dropped (a
+ * routed session's, on every node's connection). */
+void mux_forget(struct session *s)
+{
+    if (s->route == NULL) {
+        mux_forget_on(s->mux, s);
+        return;
+    }
+    for (struct mux *m = mux_list; m != NULL; m = m->next)
+        mux_forget_on(m, s);
 }
 
 void mux_shutdown(void)

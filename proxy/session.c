@@ -56,6 +56,7 @@
 #include "control.h"
 #include "events.h"
 #include "login.h"
+#include "route.h"
 #include "sentinel.h"
 #include "session_int.h"
 #include "util.h"
@@ -73,6 +74,7 @@ enum route {
     RT_SELECT,      /* a valid SELECT: the session moves, the proxy answers */
     RT_WAIT,        /* the state changes while replies are owed: wait for them */
     RT_PIN,         /* to a connection of its own */
+    RT_ANSWERED,    /* cluster = route answered it itself (route_pick()) */
 };
 
 /* One batch per direction, shared by all sessions: callbacks do not nest.
@@ -147,6 +149,10 @@ static void flush_requests(struct session *s)
         return;
     }
     s->ctx->stats.bytes_to_backends += tob.bytes;
+    if (s->route != NULL) {
+        route_take(s, &tob);            /* the request's node is known when it is handled */
+        return;
+    }
     if (s->mode == SM_SHARED) {
         if (mux_append(s, &tob) < 0) {
             wbatch_reset(&tob);
@@ -311,6 +317,7 @@ static void judged_free(struct session *s);
 static void session_free(struct session *s)
 {
     mux_forget(s);
+    route_free(s);
     if (toc_owner == s) {
         wbatch_reset(&toc);
         toc_owner = NULL;
@@ -681,6 +688,10 @@ static int changes_shared_state(const struct session *s, const struct request *r
 static enum route shared_route(struct session *s, const struct request *req,
                                const struct req_plan *pl)
 {
+    if (s->route != NULL) {
+        int r = route_pick(s, req, pl, needs_own(req, pl));
+        return r > 0 ? RT_ANSWERED : r < 0 ? RT_WAIT : RT_HERE;
+    }
     if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->ctx) || needs_own(req, pl))
         return RT_PIN;
     if (!changes_shared_state(s, req, pl->id))
@@ -1036,6 +1047,8 @@ static enum handled handle_request(struct session *s, const struct request *req)
         select_shared(s, req, &pl);
         return HR_DONE;
     }
+    if (rt == RT_ANSWERED)
+        return HR_DONE;
     if (s->mode != SM_OWN && s->mode != SM_SHARED) {
         queue_error(s, s->be.t->down_reason);
         s->close_after_flush = 1;
@@ -1061,6 +1074,8 @@ static enum handled handle_request(struct session *s, const struct request *req)
     track_multi(s, pl.mt);
     if (pl.id == CID_RESET && req->argc == 1 && !pl.queued && s->mode == SM_OWN)
         relogin(s);                 /* RESET logged the connection out of Redis */
+    if (s->route != NULL)
+        route_commit(s, req, &tob);
     return HR_DONE;
 }
 
@@ -1218,7 +1233,7 @@ static enum handled stream_head(struct session *s, const struct request *req)
                                                 req->argv[0].len);
     if (ci == NULL || !only_forwarded(ci->id) || s->unauth || s->replica ||
         s->monitor || (s->ttlg_auth && !s->authed) || s->nchan + s->npat + s->nshard > 0 ||
-        s->sub_unsure > 0 || s->pushes)
+        s->sub_unsure > 0 || s->pushes || s->route != NULL)
         return HR_HOLD;
     struct ev_client c;
     struct policy_ctx ctx = {
@@ -1730,6 +1745,11 @@ void session_accept(struct clients *cl, uv_stream_t *listener, struct tls_contex
         session_close(s);
         return;
     }
+    if (ctx->cfg->cluster == CLUSTER_ROUTE) {
+        session_set_mode(s, SM_SHARED);     /* every request to its slot's node */
+        route_attach(s);
+        return;
+    }
     if (ctx->cfg->users.n > 0) {
         s->ttlg_auth = 1;       /* no backend connection before the login */
         session_set_mode(s, SM_AUTH);
@@ -1747,6 +1767,8 @@ void session_cron(struct session *s, uint64_t now)
     bconn_cron(&s->be, now);
     if (s->closing)
         return;
+    if (s->route != NULL)
+        route_cron(s);
     if (s->client.tls != NULL && !tls_handshake_done(s->client.tls) &&
         now - s->accepted >= CLIENT_TLS_HANDSHAKE_MS) {
         s->ctx->stats.tls_handshake_errors++;

@@ -126,6 +126,7 @@ struct session {
     int handles;                    /* open uv handles; the session is freed at 0 */
     unsigned char mode;             /* enum session_mode */
     struct mux *mux;                /* the shared connection its requests went to last */
+    struct route_state *route;      /* cluster = route: where its requests are (route.c) */
     int mux_owed;                   /* replies owed for bytes not yet handed to the mux */
 
     unsigned pin_wait:1;            /* a stateful request waits for a dedicated connection */
@@ -309,5 +310,9 @@ int mux_paused(const struct session *s);
  * Returns -1 when there is no shared connection to be had. */
 int mux_append(struct session *s, struct wbatch *wb);
 void mux_forget(struct session *s);
+/* cluster = route: n bytes of one request to t's shared connection, with
+ * `owed` replies for request `unit` of s (route.c). -1: no connection to be had. */
+int mux_send(struct session *s, struct target *t, const char *p, size_t n, int owed,
+             uint32_t unit);
 
 #endif

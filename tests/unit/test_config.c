@@ -651,6 +651,31 @@ Test(config, cluster_errors)
      * certificate files). */
 }
 
+Test(config, cluster_route)
+{
+    struct config cfg;
+    load_ok("[proxy]\nlisten = 127.0.0.1:7400\nbackend = 127.0.0.1:7000 127.0.0.1:7001\n"
+            "cluster = route\n", &cfg);
+    cr_assert_eq(cfg.cluster, CLUSTER_ROUTE);
+    cr_assert_str_eq(cfg.backend_seeds, "127.0.0.1:7000 127.0.0.1:7001");
+    config_free(&cfg);
+    load_err("[proxy]\ncluster = routed\n", 2, "cluster = 'routed': expected off, on or route");
+    load_err("[proxy]\ncluster = route\ncluster_ports = 7401-7499\n", 3,
+             "cluster = route has no node listeners: cluster_ports is for cluster = on");
+    load_err("[proxy]\ncluster = route\ncluster_announce = 10.0.0.5\n", 3,
+             "cluster_announce is for cluster = on");
+    load_err("[proxy]\ncluster = route\nmultiplex = off\n", 3,
+             "multiplex = off is not supported with it (yet)");
+    load_err("[proxy]\ncluster = route\nwatch = on\n", 3, "cluster = route with watch = on");
+    load_err("[proxy]\ncluster = route\nbackend = unix:/tmp/r.sock\n", 3,
+             "needs host:port seeds");
+    load_err("[proxy]\ncluster = route\nsentinel = 127.0.0.1:26379\nsentinel_master = m\n", 2,
+             "sentinel with cluster = route is not supported yet");
+    load_err("[proxy]\ncluster = route\n[user \"app\"]\npassword_sha256 = "
+             "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8\n", 3,
+             "[user \"app\"]: cluster = route does not log clients in itself yet");
+}
+
 Test(config, parse_duration)
 {
     unsigned long long v;

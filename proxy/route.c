@@ -1,0 +1,853 @@
+/*
+ * route: ttlguard as one standalone-looking Redis in front of a Redis
+ * Cluster (cluster = route).
+ *
+ * A routed session is a shared session (mux.c) whose requests each go to
+ * the shared connection of the node that serves their keys' slot (the slot
+ * map: cluster.c). Rules, events and replies are the session's own code:
+ * route.c only picks the node, and puts the replies back in request order.
+ *
+ *   client ─▶ session: handle_request ─▶ route_pick: slot ─▶ node (s->be.t)
+ *                │ judge, rewrite (every command of a rewrite goes to that node)
+ *                └ route_commit: one unit per request ──▶ mux of node A ─▶ A
+ *                                 (its bytes kept for a resend)  mux of node B ─▶ B
+ *
+ *   mux A ─┐ route_reply(unit): the head unit's reply goes to session_reply()
+ *   mux B ─┘   as it arrives; a later unit's is parked (copied, whole replies)
+ *              and given to session_reply() when its unit reaches the head, so
+ *              the session sees its replies in request order, as from one server
+ *
+ * A connection answers in order, so the FIFO of each shared connection
+ * names the unit each reply is for (mux.c's FE_ROUTED entries: a tag that
+ * counts up with the session's units). A unit that gets several replies (the proxy's MULTI form, probes,
+ * follow-ups) keeps all of them until the last is in: a redirect may come
+ * after the first.
+ *
+ * Redirects are followed here and never reach the client: -MOVED (the slot
+ * map is updated at once and the topology read again soon), -ASK (ASKING,
+ * then the request, on the named node's connection) and -TRYAGAIN (after
+ * the topology read it starts: 0.2 s, at most a second). A unit is sent
+ * again, whole, only when none of its replies shows that anything ran (all
+ * are errors, or the proxy's MULTI's +OK), at most MAX_HOPS times; then the
+ * client gets what the cluster said (reply.c hides a node address in it).
+ *
+ * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
+ * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL...
+ * to every primary) is one pending entry to the session and one unit per
+ * part here, each sent and redirected on its own; the session gets their
+ * merged reply once the last part's is in.
+ *
+ * What route.c does not build yet is refused before anything is sent, with
+ * an error that says so (route_pick()); other keys in several slots get the
+ * cluster's own -CROSSSLOT.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cluster.h"
+#include "commands.h"
+#include "control.h"
+#include "identify.h"
+#include "login.h"
+#include "route.h"
+#include "route_merge.h"
+#include "session_int.h"
+#include "util.h"
+
+#define MAX_HOPS        5               /* redirects followed for one request */
+#define POOL            32              /* buffers a session keeps for its next units */
+#define POOL_MAX_CAP    4096            /* ...each at most this big; freed when idle */
+#define BUF_FIRST       256             /* a new buffer's first size */
+#define SLOT_NONE       (-1)            /* the request names no key */
+#define SLOT_CROSS      (-2)            /* ...keys of several slots */
+#define SLOT_UNKNOWN    (-3)            /* ...keys the proxy cannot find */
+
+/* One request sent to a node, until its replies went to the session. */
+struct unit {
+    uint32_t tag;
+    int slot;                   /* SLOT_NONE or its keys' slot */
+    int owed;                   /* replies still owed by the node's connection */
+    int total;                  /* replies the request gets (owed again when resent) */
+    unsigned char hops;         /* redirects followed */
+    unsigned char holds;        /* several replies: kept until the last is in */
+    unsigned char asking;       /* the next reply is to the proxy's ASKING: dropped */
+    unsigned char live;         /* the reply in progress goes to the session as it comes */
+    unsigned char redirect;     /* enum redirect_kind of the first redirect among its replies */
+    unsigned char waiting;      /* sent again after the next topology read */
+    struct target *to;          /* where the redirect sends it (NULL: the slot's owner then) */
+    struct sbuf req;            /* what was sent, for a resend */
+    struct sbuf park;           /* whole replies not given yet: [type][size_t len][bytes]... */
+    size_t part;                /* park offset of the reply being parked */
+    /* One part of a request sent as several (route_merge.h): */
+    unsigned char merge;        /* on its first part: enum merge of their replies */
+    int parts;                  /* ...how many units it is, this one included */
+    int nkeys;                  /* ...the client's key count (MERGE_ORDERED) */
+    int *pos;                   /* the client's key index of each key of this part */
+    int npos;
+};
+
+struct route_state {
+    struct session *s;
+    struct ring units;          /* struct unit, in request order */
+    uint32_t head;              /* tag of units[0] (the next unit's when empty) */
+    uint32_t next;              /* tag of the next unit */
+    struct sbuf cur;            /* the bytes of the request being handled */
+    int slot;                   /* ...and its slot */
+    unsigned char merge;        /* ...enum merge when it goes as several requests */
+    int width;                  /* ...arguments per key (split by slot) */
+    unsigned hint;              /* requests without keys go to this slot's owner */
+    int starting;               /* its client is not read until commands and slots are known */
+    size_t parked;              /* bytes kept in units: at most max_buffer */
+    struct cluster_wait wait;   /* units waiting for a topology read */
+    struct sbuf spare[POOL];    /* buffers of units gone, for the next ones (no malloc
+                                   per request) */
+    int nspare;
+};
+
+/* ---- slots ---------------------------------------------------------------------- */
+
+/* CRC16-CCITT (XMODEM), as Redis Cluster hashes keys (cluster.c
+ * keyHashSlot), a byte at a time from a table made on first use. */
+static uint16_t crc16(const char *p, size_t n)
+{
+    static uint16_t table[256];
+    if (table[1] == 0) {
+        for (int i = 0; i < 256; i++) {
+            uint16_t crc = (uint16_t)(i << 8);
+            for (int b = 0; b < 8; b++)
+                crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+            table[i] = crc;
+        }
+    }
+    uint16_t crc = 0;
+    for (size_t i = 0; i < n; i++)
+        crc = (uint16_t)((crc << 8) ^ table[((crc >> 8) ^ (unsigned char)p[i]) & 0xff]);
+    return crc;
+}
+
+/* The key's slot: only the part between the first '{' and the next '}'
+ * counts when it is not empty (a hash tag). */
+static int key_slot(struct slice k)
+{
+    const char *open = memchr(k.p, '{', k.len);
+    if (open != NULL) {
+        size_t rest = k.len - (size_t)(open + 1 - k.p);
+        const char *close = memchr(open + 1, '}', rest);
+        if (close != NULL && close > open + 1)
+            return crc16(open + 1, (size_t)(close - open - 1)) & (CLUSTER_SLOTS - 1);
+    }
+    return crc16(k.p, k.len) & (CLUSTER_SLOTS - 1);
+}
+
+/* Fold one more key into *slot: SLOT_CROSS once two differ. */
+static void fold_key(int *slot, struct slice k)
+{
+    int ks = key_slot(k);
+    if (*slot == SLOT_NONE)
+        *slot = ks;
+    else if (*slot >= 0 && *slot != ks)
+        *slot = SLOT_CROSS;
+}
+
+/* Commands whose keys follow a count (movablekeys) and that the table has
+ * no row for: the count's index; the keys follow it. */
+static int numkeys_index(const struct cmd_arity *a)
+{
+    static const struct { const char *name; int at; } rows[] = {
+        { "zunion", 1 }, { "zinter", 1 }, { "zdiff", 1 }, { "zintercard", 1 },
+        { "sintercard", 1 }, { "lmpop", 1 }, { "zmpop", 1 }, { "eval", 2 }, { "evalsha", 2 },
+        { "eval_ro", 2 }, { "evalsha_ro", 2 }, { "fcall", 2 }, { "fcall_ro", 2 },
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (strlen(rows[i].name) == a->len && memcmp(rows[i].name, a->name, a->len) == 0)
+            return rows[i].at;
+    return -1;
+}
+
+/* The slot of the keys COMMAND's entry a finds in argv. */
+static int arity_slot(const struct cmd_arity *a, int argc, const struct slice *argv)
+{
+    int slot = SLOT_NONE, at = a->movable ? numkeys_index(a) : -1;
+    long long nk;
+    if (at > 0) {
+        if (at >= argc || slice_to_ll(argv[at], &nk) != 0 || nk < 0 || nk > argc - at - 1)
+            return SLOT_NONE;           /* the node refuses it: any node will do */
+        for (int i = at + 1; i <= at + nk; i++)
+            fold_key(&slot, argv[i]);
+        return slot;
+    }
+    if (a->movable && a->first <= 0)
+        return SLOT_UNKNOWN;
+    int last = a->last < 0 ? argc + a->last : a->last, step = a->step > 0 ? a->step : 1;
+    for (int i = a->first; a->first > 0 && i <= last && i < argc; i += step)
+        fold_key(&slot, argv[i]);
+    return slot;
+}
+
+/* COMMAND's entry for the request's name: a binary search by name, kept
+ * per command (cmd_info) in a small cache whose hits are checked against
+ * the name (a new command set may reuse an address). */
+static const struct cmd_arity *arity_of(const struct cmd_arities *t, const struct cmd_info *ci,
+                                        struct slice name)
+{
+    static struct { const struct cmd_info *ci; const struct cmd_arity *a; } cache[64];
+    unsigned h = (unsigned)(((uintptr_t)ci >> 4) & 63);
+    const struct cmd_arity *a = cache[h].a;
+    if (ci != NULL && cache[h].ci == ci && a >= t->v && a < t->v + t->n && a->len == name.len &&
+        strncasecmp(a->name, name.p, name.len) == 0)
+        return a;
+    a = arities_find(t, name.p, name.len);
+    if (ci != NULL) {
+        cache[h].ci = ci;
+        cache[h].a = a;
+    }
+    return a;
+}
+
+/* The slot of a request's keys: the table's row finds them where it has
+ * one (writes, scripts), else COMMAND's key range of the server. */
+static int request_slot(const struct request *req, const struct req_plan *pl)
+{
+    static struct key_ref *keys;
+    static int cap;
+    if (pl->ci != NULL && pl->ci->row != NULL) {
+        if (req->argc > cap) {
+            cap = req->argc * 2;
+            keys = xrealloc(keys, (size_t)cap * sizeof *keys);
+        }
+        int n = command_key_args(pl->ci, req->argc, req->argv, keys), slot = SLOT_NONE;
+        for (int i = 0; i < n; i++)
+            fold_key(&slot, req->argv[keys[i].argi]);
+        if (n > 0)
+            return slot;
+    }
+    const struct cmd_arities *t = &control_login()->cmds;
+    const struct cmd_arity *a = arity_of(t, pl->ci, req->argv[0]);
+    if (a == NULL)
+        return SLOT_NONE;               /* a command the node does not know: it says so */
+    if (a->container && req->argc >= 2) {
+        const struct cmd_arity *sub = arities_find_sub(t, a, req->argv[1].p, req->argv[1].len);
+        if (sub != NULL)
+            a = sub;
+    }
+    return arity_slot(a, req->argc, req->argv);
+}
+
+/* ---- what route.c answers itself ------------------------------------------------- */
+
+static int is_name(const struct request *req, const char *name)
+{
+    return slice_eq_nocase(req->argv[0], name);
+}
+
+/* Commands without keys that must cover every node to mean what they mean
+ * on one server. */
+static int whole_keyspace(const struct request *req)
+{
+    static const char *const names[] = {
+        "dbsize", "keys", "scan", "randomkey", "flushall", "flushdb", "script", "function",
+        "wait", "waitaof", "swapdb",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (is_name(req, names[i]))
+            return 1;
+    return 0;
+}
+
+/* Our own reply to the request, in its place. */
+static void answer(struct session *s, const char *fmt, const struct request *req)
+{
+    char line[256], name[64];
+    size_t n = req->argv[0].len < sizeof name - 1 ? req->argv[0].len : sizeof name - 1;
+    for (size_t i = 0; i < n; i++) {
+        char c = req->argv[0].p[i];
+        name[i] = c >= 'a' && c <= 'z' ? (char)(c - 'a' + 'A') : c;
+    }
+    name[n] = '\0';
+    int len = snprintf(line, sizeof line, fmt, name);
+    queue_local(s, line, (size_t)(len < (int)sizeof line ? len : (int)sizeof line - 1), 0);
+}
+
+/* SELECT as a cluster node answers it: 0 only. */
+static const char *select_answer(const struct request *req)
+{
+    long long db;
+    if (req->argc != 2)
+        return "-ERR wrong number of arguments for 'select' command\r\n";
+    if (slice_to_ll(req->argv[1], &db) != 0 || db < INT32_MIN || db > INT32_MAX)
+        return "-ERR value is not an integer or out of range\r\n";
+    return db == 0 ? "+OK\r\n" : "-ERR SELECT is not allowed in cluster mode\r\n";
+}
+
+/* EVAL, EVALSHA, FCALL (and their _RO forms) pin a shared session (a slow
+ * script holds the connection); a routed session sends them to the node of
+ * their keys, as a cluster client does: the proxy's own rewrites use them. */
+static int script(const struct req_plan *pl)
+{
+    return pl->ci->row != NULL && (command_flags(pl->ci->row) & (CMD_SCRIPT | CMD_BLOCKING)) ==
+                                  CMD_SCRIPT;
+}
+
+/* A cluster client's own commands. */
+static int cluster_word(const struct request *req)
+{
+    return is_name(req, "readonly") || is_name(req, "readwrite") || is_name(req, "asking");
+}
+
+/* As a standalone server answers them: ttlguard is one server here. */
+static const char no_cluster[] = "-ERR This instance has cluster support disabled\r\n";
+
+/* The reply route.c gives instead of sending the request (a printf format
+ * with the command's name for %s), or NULL: what its command says. */
+static const char *refusal(struct session *s, const struct request *req,
+                           const struct req_plan *pl, int needs_own)
+{
+    if (pl->id == CID_SELECT)
+        return select_answer(req);
+    if (pl->id == CID_CLUSTER)
+        return no_cluster;
+    if (!mux_shareable(s->ctx))
+        return "-ERR ttlguard cluster = route: the cluster asks clients to log in; set "
+               "backend_password (and backend_username) in [proxy]\r\n";
+    if (pl->id == CID_HELLO && req->argc <= 2)
+        return NULL;                    /* HELLO [2|3]: carried, as on a shared connection */
+    if (needs_own && pl->ci != NULL && !script(pl))
+        return cluster_word(req) ? no_cluster :
+               "-ERR ttlguard cluster = route does not support %s yet\r\n";
+    return NULL;
+}
+
+/* ...and for a request that names no key. */
+static const char *keyless_refusal(const struct request *req)
+{
+    if (cluster_word(req))
+        return no_cluster;
+    if (whole_keyspace(req))
+        return "-ERR ttlguard cluster = route does not support %s yet (it must cover "
+               "every primary)\r\n";
+    return NULL;
+}
+
+#define MERGE_FAIL 0xff     /* it would cover every primary, and one is down */
+#define MAX_PRIMARIES 256
+
+/* Does the request go as several (split by slot, or to every primary)? Its
+ * merge, MERGE_NONE, or MERGE_FAIL. An MSET under rules is judged as one
+ * request (its rewrite has every key): it is not split. */
+static int several(struct session *s, const struct request *req)
+{
+    struct route_state *r = s->route;
+    const struct config *cfg = s->ctx->cfg;
+    struct target *t[MAX_PRIMARIES];
+    const char *down;
+    enum merge m = MERGE_NONE;
+    if (r->slot == SLOT_CROSS) {
+        m = merge_split_kind(&req->argv[0], &r->width);
+        if (m != MERGE_NONE && (req->argc - 1) % r->width != 0) {
+            r->slot = SLOT_NONE;        /* any node says what is wrong with it */
+            return MERGE_NONE;
+        }
+        for (int i = 1; m != MERGE_NONE && r->width == 2 && i < req->argc; i += 2)
+            if (!policy_inactive(cfg) && (cfg->rules.dflt.action != ACTION_ALLOW ||
+                rules_match(&cfg->rules, req->argv[i].p, req->argv[i].len) != &cfg->rules.dflt))
+                m = MERGE_NONE;
+        return m;
+    }
+    if (r->slot == SLOT_NONE)
+        m = merge_fanout_kind(req->argc, req->argv);
+    return m != MERGE_NONE && cluster_primaries(t, MAX_PRIMARIES, &down) <= 0 ? MERGE_FAIL : m;
+}
+
+/* The node the request goes to becomes s's target (events name it, its
+ * requests are counted there). */
+static void set_target(struct session *s, struct target *t)
+{
+    s->be.t->sessions--;
+    t->sessions++;
+    s->be.t = t;
+}
+
+/* What route.c answers itself once the request's slot is known, or NULL. */
+static const char *slot_refusal(struct session *s, const struct request *req)
+{
+    struct route_state *r = s->route;
+    r->merge = (unsigned char)several(s, req);
+    if (r->merge == MERGE_FAIL)
+        return "-CLUSTERDOWN The cluster is down\r\n";
+    if (r->merge != MERGE_NONE)
+        return NULL;
+    if (r->slot == SLOT_NONE)
+        return keyless_refusal(req);
+    if (r->slot == SLOT_CROSS)
+        return "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+    if (r->slot == SLOT_UNKNOWN)
+        return "-ERR ttlguard cluster = route cannot find the keys of %s\r\n";
+    return NULL;
+}
+
+int route_pick(struct session *s, const struct request *req, const struct req_plan *pl,
+               int needs_own)
+{
+    struct route_state *r = s->route;
+    const char *no = refusal(s, req, pl, needs_own);
+    if (no == NULL && pl->id == CID_HELLO) {
+        emit_locals(s);
+        if (s->q.len > 0)
+            return -1;                  /* the protocol changes once nothing is owed */
+    }
+    if (no == NULL) {
+        r->slot = request_slot(req, pl);
+        no = slot_refusal(s, req);
+    }
+    struct target *t = NULL;
+    if (no == NULL) {
+        t = r->slot >= 0 ? cluster_slot_target(r->slot) : cluster_any_primary(r->hint);
+        if (t == NULL)
+            no = "-CLUSTERDOWN Hash slot not served\r\n";
+    }
+    if (no != NULL) {
+        answer(s, no, req);
+        return 1;
+    }
+    set_target(s, t);
+    return 0;
+}
+
+/* ---- units ---------------------------------------------------------------------- */
+
+static struct unit *unit_at(struct route_state *r, uint32_t i)
+{
+    return ring_at(&r->units, sizeof(struct unit), i);
+}
+
+static struct unit *unit_of(struct route_state *r, uint32_t tag)
+{
+    uint32_t i = tag - r->head;        /* tags count up (and wrap) with the queue */
+    return i < r->units.len ? unit_at(r, i) : NULL;
+}
+
+/* b's buffer goes back to the pool (or is freed); b is empty after. */
+static void buf_put(struct route_state *r, struct sbuf *b)
+{
+    if (b->p != NULL && r->nspare < POOL && b->cap <= POOL_MAX_CAP)
+        r->spare[r->nspare++] = (struct sbuf){ b->p, 0, b->cap };
+    else
+        free(b->p);
+    *b = (struct sbuf){ 0 };
+}
+
+/* An empty b gets a buffer from the pool, or a new one. */
+static void buf_get(struct route_state *r, struct sbuf *b)
+{
+    if (b->p != NULL)
+        return;
+    if (r->nspare > 0)
+        *b = r->spare[--r->nspare];
+    else
+        sbuf_reserve(b, BUF_FIRST);
+}
+
+static void unit_clear_park(struct route_state *r, struct unit *u)
+{
+    r->parked -= u->park.len;
+    buf_put(r, &u->park);
+    u->part = 0;
+}
+
+static void unit_pop(struct route_state *r)
+{
+    struct unit *u = unit_at(r, 0);
+    unit_clear_park(r, u);
+    buf_put(r, &u->req);
+    free(u->pos);
+    ring_pop(&r->units);
+    r->head++;
+    if (r->units.len == 0 && r->units.cap > 64)
+        ring_free(&r->units);
+}
+
+static void park_bytes(struct session *s, struct unit *u, const void *p, size_t n)
+{
+    struct route_state *r = s->route;
+    buf_get(r, &u->park);
+    sbuf_add(&u->park, p, n);
+    r->parked += n;
+    if (r->parked > s->ctx->cfg->max_buffer && !s->closing) {
+        log_warn("client %s: more than max_buffer bytes of replies wait for an earlier "
+                 "one (cluster = route): closing it", client_name(s));
+        session_close(s);
+    }
+}
+
+/* A unit to resend has no node to go to: the client gets what a cluster
+ * without an owner for the slot says, once per reply owed. */
+static void unit_fail(struct session *s, struct unit *u)
+{
+    static const char down[] = "-CLUSTERDOWN Hash slot not served\r\n";
+    for (int i = 0; i < u->total; i++) {
+        size_t n = sizeof down - 1;
+        char type = '-';
+        park_bytes(s, u, &type, 1);
+        park_bytes(s, u, &n, sizeof n);
+        park_bytes(s, u, down, n);
+    }
+    u->part = u->park.len;
+    u->owed = 0;
+}
+
+/* Send the unit to t (again): ASKING first after -ASK. */
+static void unit_send(struct session *s, struct unit *u, struct target *t, int asking)
+{
+    static const char ask[] = "*1\r\n$6\r\nASKING\r\n";
+    u->owed = u->total + asking;
+    u->asking = (unsigned char)asking;
+    u->redirect = 0;
+    u->to = NULL;
+    if ((asking && mux_send(s, t, ask, sizeof ask - 1, 1, u->tag) < 0) ||
+        mux_send(s, t, u->req.p, u->req.len, u->total, u->tag) < 0)
+        session_shared_lost(s, 0);
+}
+
+void route_take(struct session *s, struct wbatch *wb)
+{
+    buf_get(s->route, &s->route->cur);
+    for (int i = 0; i < wb->n; i++) {
+        const char *base = wb->arena_off[i] != (size_t)-1 ? wb->arena + wb->arena_off[i]
+                                                          : wb->iov[i].base;
+        sbuf_add(&s->route->cur, base, wb->iov[i].len);
+    }
+    wbatch_reset(wb);
+}
+
+/* A new unit at the end, for `total` replies of req (owned: moved in). */
+static struct unit *unit_new(struct route_state *r, int slot, int total, struct sbuf *req)
+{
+    struct unit *u = ring_push(&r->units, sizeof *u, 16);
+    *u = (struct unit){ .tag = r->next, .slot = slot, .total = total, .holds = total > 1,
+                        .req = *req };
+    *req = (struct sbuf){ 0 };
+    r->next++;
+    return u;
+}
+
+/* One part per primary, each the request as it is (route_pick() saw one
+ * at least, in this same callback). */
+static struct merge_part *fanout_parts(const struct request *req, struct target **prim, int *n)
+{
+    const char *down;
+    *n = cluster_primaries(prim, MAX_PRIMARIES, &down);
+    ASSERT(*n > 0);
+    struct merge_part *parts = xcalloc((size_t)(*n > 0 ? *n : 1), sizeof *parts);
+    for (int i = 0; i < *n; i++) {
+        parts[i].slot = SLOT_NONE;
+        sbuf_add(&parts[i].req, req->raw.p, req->raw.len);
+    }
+    return parts;
+}
+
+/* The request goes as several: one unit per part, each to its node (a
+ * slot's owner, or each primary in turn); their replies are merged. */
+static void commit_parts(struct session *s, const struct request *req)
+{
+    struct route_state *r = s->route;
+    struct target *prim[MAX_PRIMARIES];
+    int n;
+    struct merge_part *parts = r->slot == SLOT_CROSS ?
+        merge_split(req->argc, req->argv, r->width, key_slot, &n) : fanout_parts(req, prim, &n);
+    for (int i = 0; i < n && !s->closing; i++) {
+        struct unit *u = unit_new(r, parts[i].slot, 1, &parts[i].req);
+        u->holds = 1;
+        u->pos = parts[i].pos;
+        u->npos = parts[i].npos;
+        parts[i].pos = NULL;
+        if (i == 0) {
+            u->merge = r->merge;
+            u->parts = n;
+            u->nkeys = (req->argc - 1) / (r->width > 0 ? r->width : 1);
+        }
+        struct target *t = u->slot >= 0 ? cluster_slot_target(u->slot) : prim[i];
+        if (t != NULL)
+            unit_send(s, u, t, 0);
+        else
+            unit_fail(s, u);
+    }
+    merge_parts_free(parts, n);
+    r->cur.len = 0;
+    s->mux_owed = 0;
+}
+
+void route_commit(struct session *s, const struct request *req, struct wbatch *wb)
+{
+    struct route_state *r = s->route;
+    if (wb->n > 0) {
+        s->ctx->stats.bytes_to_backends += wb->bytes;
+        route_take(s, wb);
+    }
+    if (r->cur.len == 0)
+        return;
+    if (r->merge != MERGE_NONE && s->mux_owed == 1 && r->cur.len == req->raw.len &&
+        memcmp(r->cur.p, req->raw.p, req->raw.len) == 0) {
+        commit_parts(s, req);           /* forwarded as it is: it can go as several */
+        return;
+    }
+    if (s->mux_owed == 0) {             /* nothing will answer it: nothing to keep */
+        if (mux_send(s, s->be.t, r->cur.p, r->cur.len, 0, 0) < 0)
+            session_shared_lost(s, 0);
+        r->cur.len = 0;
+        return;
+    }
+    struct unit *u = unit_new(r, r->slot, s->mux_owed, &r->cur);
+    s->mux_owed = 0;
+    unit_send(s, u, s->be.t, 0);
+}
+
+/* ---- replies -------------------------------------------------------------------- */
+
+struct rec {
+    char type;
+    const char *p;
+    size_t n;
+};
+
+/* The parked reply at *off (advanced past it); 0 at the end. */
+static int rec_next(const struct sbuf *park, size_t *off, struct rec *rc)
+{
+    if (*off >= park->len)
+        return 0;
+    rc->type = park->p[*off];
+    memcpy(&rc->n, park->p + *off + 1, sizeof rc->n);
+    rc->p = park->p + *off + 1 + sizeof rc->n;
+    *off += 1 + sizeof rc->n + rc->n;
+    return 1;
+}
+
+/* Was anything run by the node, as far as the unit's replies tell? Only
+ * errors, and the +OK of the proxy's own MULTI first, say no. */
+static int unit_ran(const struct unit *u)
+{
+    static const char multi[] = "*1\r\n$5\r\nMULTI\r\n";
+    size_t off = 0;
+    struct rec rc;
+    for (int i = 0; rec_next(&u->park, &off, &rc); i++) {
+        if (rc.type == '-' || (i == 0 && rc.n == 5 && memcmp(rc.p, "+OK\r\n", 5) == 0 &&
+                               memmem(u->req.p, u->req.len, multi, sizeof multi - 1) != NULL))
+            continue;
+        return 1;
+    }
+    return 0;
+}
+
+/* Every reply of a unit that met a redirect is in: send it again where the
+ * redirect says (or, for -TRYAGAIN and nodes not known yet, to the slot's
+ * owner after the next topology read), unless it ran or went far enough. */
+static void unit_redirected(struct session *s, struct unit *u)
+{
+    if (u->hops >= MAX_HOPS || unit_ran(u)) {
+        u->redirect = 0;                /* the client gets what the cluster said */
+        return;
+    }
+    u->hops++;
+    unit_clear_park(s->route, u);
+    if (u->to != NULL && u->redirect != REDIR_TRYAGAIN) {
+        unit_send(s, u, u->to, u->redirect == REDIR_ASK);
+        return;
+    }
+    u->waiting = 1;
+    cluster_wait(&s->route->wait);
+}
+
+/* The first `used` bytes of the park went to the session (a reply being
+ * parked stays). */
+static void unpark(struct route_state *r, struct unit *u, size_t used)
+{
+    memmove(u->park.p, u->park.p + used, u->park.len - used);
+    u->park.len -= used;
+    u->part -= used;
+    r->parked -= used;
+}
+
+/* The head units are the parts of one request: once every part's reply
+ * is in, the client gets their merge. Returns 0 while one is owed. */
+static int deliver_merged(struct session *s)
+{
+    struct route_state *r = s->route;
+    struct unit *first = unit_at(r, 0);
+    int n = first->parts, nkeys = first->nkeys;
+    enum merge how = first->merge;
+    struct merge_reply *mr = xcalloc((size_t)n, sizeof *mr);
+    for (int i = 0; i < n; i++) {
+        struct unit *u = unit_at(r, (uint32_t)i);
+        size_t off = 0;
+        struct rec rc;
+        if (u->owed > 0 || u->redirect || u->waiting || !rec_next(&u->park, &off, &rc)) {
+            free(mr);
+            return 0;
+        }
+        mr[i] = (struct merge_reply){ rc.p, rc.n, u->pos, u->npos };
+    }
+    size_t len;
+    char *out = merge_replies(how, mr, n, nkeys, &len);
+    free(mr);
+    session_reply(s, out, len, 1, out[0], 1);
+    session_flush_client();             /* the client batch points into out */
+    free(out);
+    for (int i = 0; i < n; i++)
+        unit_pop(r);
+    return 1;
+}
+
+/* Give the head units' whole replies to the session, in order. */
+static void deliver(struct session *s)
+{
+    struct route_state *r = s->route;
+    while (r->units.len > 0 && !s->closing) {
+        struct unit *u = unit_at(r, 0);
+        if (u->redirect || u->waiting || (u->holds && u->owed > 0))
+            return;
+        if (u->parts > 0) {
+            if (!deliver_merged(s))
+                return;
+            continue;
+        }
+        size_t off = 0, used = 0;
+        struct rec rc;
+        while (rec_next(&u->park, &off, &rc) && off <= u->part) {
+            session_reply(s, rc.p, rc.n, 1, rc.type, 1);
+            used = off;
+        }
+        if (used > 0) {
+            session_flush_client();     /* the client batch points into the park */
+            unpark(r, u, used);
+        }
+        if (u->owed > 0)
+            return;
+        unit_pop(r);
+    }
+}
+
+/* The units waiting for a topology read go to their slot's owner now. */
+static void on_topology(struct cluster_wait *w)
+{
+    struct route_state *r = (struct route_state *)((char *)w - offsetof(struct route_state, wait));
+    struct session *s = r->s;
+    for (uint32_t i = 0; i < r->units.len && !s->closing; i++) {
+        struct unit *u = unit_at(r, i);
+        if (!u->waiting)
+            continue;
+        u->waiting = 0;
+        struct target *t = u->slot >= 0 ? cluster_slot_target(u->slot)
+                                        : cluster_any_primary(r->hint);
+        if (t != NULL)
+            unit_send(s, u, t, 0);
+        else
+            unit_fail(s, u);
+    }
+    deliver(s);
+    session_flush_client();
+    session_settle(s);
+}
+
+/* A reply begins: live when it can go to the session at once. */
+static void reply_begins(struct session *s, struct unit *u, char type)
+{
+    u->live = u == unit_at(s->route, 0) && !u->holds && !u->asking && !u->redirect &&
+              u->park.len == 0 && type != '-';
+    if (u->live)
+        return;
+    u->part = u->park.len;
+    size_t zero = 0;
+    park_bytes(s, u, &type, 1);
+    park_bytes(s, u, &zero, sizeof zero);
+}
+
+/* A parked reply is whole: dropped (ASKING's), or looked at (a redirect). */
+static void reply_parked(struct session *s, struct unit *u, const struct target *from)
+{
+    struct route_state *r = s->route;
+    size_t n = u->park.len - u->part - 1 - sizeof n;
+    memcpy(u->park.p + u->part + 1, &n, sizeof n);
+    const char *p = u->park.p + u->part + 1 + sizeof n;
+    if (u->asking) {
+        u->asking = 0;
+        r->parked -= u->park.len - u->part;
+        u->park.len = u->part;
+    } else if (p[0] == '-' && !u->redirect) {
+        struct target *to;
+        u->redirect = (unsigned char)cluster_redirect(p, n, from, &to);
+        u->to = to;
+    }
+    u->part = u->park.len;
+}
+
+void route_reply(struct session *s, uint32_t tag, const struct target *from, const char *p,
+                 size_t n, int done, char type, int start)
+{
+    struct route_state *r = s->route;
+    struct unit *u = r != NULL && !s->closing ? unit_of(r, tag) : NULL;
+    if (u == NULL)
+        return;
+    if (start)
+        reply_begins(s, u, type);
+    if (u->live)
+        session_reply(s, p, n, done, type, start);
+    else
+        park_bytes(s, u, p, n);
+    if (!done || s->closing)
+        return;
+    u->owed--;
+    if (!u->live)
+        reply_parked(s, u, from);
+    u->live = 0;
+    if (u->owed == 0 && u->redirect)
+        unit_redirected(s, u);
+    deliver(s);
+    session_settle(s);
+}
+
+/* ---- a session's life ----------------------------------------------------------- */
+
+static int route_ready(void)
+{
+    return control_facts()->commands_ready && cluster_slots_read();
+}
+
+void route_attach(struct session *s)
+{
+    struct route_state *r = xcalloc(1, sizeof *r);
+    r->s = s;
+    r->hint = (unsigned)((uintptr_t)s >> 4) * 2654435761u;
+    r->wait.done = on_topology;
+    r->starting = 1;
+    s->route = r;
+    route_cron(s);
+}
+
+void route_cron(struct session *s)
+{
+    struct route_state *r = s->route;
+    if (r->units.len == 0)              /* idle: its memory back */
+        while (r->nspare > 0)
+            free(r->spare[--r->nspare].p);
+    if (!s->route->starting || !route_ready())
+        return;
+    s->route->starting = 0;
+    session_resume(s);
+}
+
+void route_free(struct session *s)
+{
+    struct route_state *r = s->route;
+    if (r == NULL)
+        return;
+    if (r->wait.waiting)
+        cluster_unwait(&r->wait);
+    while (r->units.len > 0)
+        unit_pop(r);
+    ring_free(&r->units);
+    free(r->cur.p);
+    while (r->nspare > 0)
+        free(r->spare[--r->nspare].p);
+    free(r);
+    s->route = NULL;
+}

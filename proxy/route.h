@@ -1,0 +1,52 @@
+/*
+ * route: one address in front of a Redis Cluster (cluster = route); see route.c.
+ *
+ * For session.c and mux.c only. A routed session is a shared session
+ * (SM_SHARED) with s->route set: each request goes to the shared connection
+ * of the node that serves its keys' slot, and its replies reach the session
+ * in request order whichever node answers first.
+ */
+#ifndef TTLG_ROUTE_H
+#define TTLG_ROUTE_H
+
+#include <stdint.h>
+
+/* The entry points session.c calls on its request path stay out of line:
+ * inlined (LTO), they would weigh on the non-routed path's code. */
+#define ROUTE_ENTRY __attribute__((noinline))
+
+struct session;
+struct request;
+struct req_plan;
+struct target;
+struct wbatch;
+
+/* Accept: s becomes a routed session. Its client is read once the
+ * backend's commands and the cluster's slots are known (route_cron()). */
+void route_attach(struct session *s);
+void route_free(struct session *s);
+/* Cron: a session waiting for the commands and slots starts. */
+void route_cron(struct session *s);
+
+/* Before a request is judged. Returns 1 when route.c answered it itself (a
+ * refusal, SELECT, -CROSSSLOT, -CLUSTERDOWN); 0 when it goes on to the node
+ * that serves its slot (s->be.t is that node now); -1 when it waits until
+ * the replies owed are in (HELLO changes the protocol). needs_own: the
+ * request would need a connection of its own in the shared mode. */
+ROUTE_ENTRY int route_pick(struct session *s, const struct request *req,
+                           const struct req_plan *pl, int needs_own);
+
+/* The bytes gathered for the request being handled (session.c's batch
+ * towards the backend, which is reset). */
+ROUTE_ENTRY void route_take(struct session *s, struct wbatch *wb);
+/* The request was handled: what was gathered goes to its node, with the
+ * replies owed there (s->mux_owed); or, forwarded as it is, as several
+ * (split by slot, or to every primary: route_merge.h). */
+ROUTE_ENTRY void route_commit(struct session *s, const struct request *req,
+                              struct wbatch *wb);
+
+/* mux.c: bytes of one reply for request `unit` of s, from node `from`. */
+void route_reply(struct session *s, uint32_t unit, const struct target *from, const char *p,
+                 size_t n, int done, char type, int start);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * route_merge: one client request that cluster = route sends as several
+ * (route.c): a multi-key command whose keys lie in several slots, split into
+ * one request per slot, or a command that must cover every primary, sent to
+ * each; and the one reply the client gets from their replies.
+ *
+ *   MGET a b c   ─▶ part 1: MGET a c  (slot 7)  ─▶ *2 va vc ─┐ merge_replies:
+ *                   part 2: MGET b    (slot 9)  ─▶ *1 vb    ─┴▶ *3 va vb vc
+ *
+ * Pure functions of bytes: no session, no connection (tests/unit cover them).
+ */
+#ifndef TTLG_ROUTE_MERGE_H
+#define TTLG_ROUTE_MERGE_H
+
+#include <stddef.h>
+
+#include "util.h"
+
+/* How the parts' replies make the client's. */
+enum merge {
+    MERGE_NONE,
+    MERGE_SUM,          /* integers added (DEL, UNLINK, EXISTS, TOUCH, DBSIZE) */
+    MERGE_SAME,         /* the first reply (+OK of MSET, FLUSHALL; SCRIPT LOAD's sha) */
+    MERGE_ORDERED,      /* array elements put back in the client's key order (MGET) */
+    MERGE_CONCAT,       /* arrays one after the other (KEYS) */
+};
+
+/* A command route.c splits by slot when its keys lie in several: its merge
+ * (MERGE_NONE: it gets -CROSSSLOT). *width: arguments per key (MSET: 2). */
+enum merge merge_split_kind(const struct slice *name, int *width);
+
+/* A command without keys that covers every primary, or MERGE_NONE. */
+enum merge merge_fanout_kind(int argc, const struct slice *argv);
+
+/* One part of a split request. */
+struct merge_part {
+    int slot;
+    struct sbuf req;            /* the part's request, RESP encoded (owned) */
+    int *pos;                   /* the client's key index of each of its keys (owned) */
+    int npos;
+};
+
+/* Split argv (keys from argv[1], `width` arguments each) by the slot
+ * slot_of() gives each key: *nparts parts, in the order their first key
+ * comes. Returns the parts (malloc'ed; merge_parts_free()). */
+struct merge_part *merge_split(int argc, const struct slice *argv, int width,
+                               int (*slot_of)(struct slice key), int *nparts);
+void merge_parts_free(struct merge_part *parts, int n);
+
+/* One whole reply of each part, in part order. */
+struct merge_reply {
+    const char *p;
+    size_t n;
+    const int *pos;             /* MERGE_ORDERED: the part's key indexes */
+    int npos;
+};
+
+/* The client's reply (malloc'ed, *len bytes): the first error among the
+ * parts' replies, else their merge. nkeys: MERGE_ORDERED's element count. */
+char *merge_replies(enum merge how, const struct merge_reply *r, int n, int nkeys,
+                    size_t *len);
+
+#endif

@@ -1,0 +1,99 @@
+/*
+ * Unit tests for route_merge.c: requests split by slot (bytes and key
+ * positions), and the merge of the parts' replies, RESP2 and RESP3.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "route_merge.h"
+
+#define S(lit) ((struct slice){ lit, sizeof lit - 1 })
+
+/* The "slot" of a key: its first letter. */
+static int first_letter(struct slice key)
+{
+    return key.p[0];
+}
+
+Test(route_merge, kinds)
+{
+    int width = 0;
+    cr_assert_eq(merge_split_kind(&S("MGET"), &width), MERGE_ORDERED);
+    cr_assert_eq(width, 1);
+    cr_assert_eq(merge_split_kind(&S("mset"), &width), MERGE_SAME);
+    cr_assert_eq(width, 2);
+    cr_assert_eq(merge_split_kind(&S("Unlink"), &width), MERGE_SUM);
+    cr_assert_eq(merge_split_kind(&S("msetnx"), &width), MERGE_NONE, "not splittable");
+    struct slice dbsize[] = { S("dbsize") }, keys[] = { S("KEYS"), S("*") };
+    struct slice load[] = { S("script"), S("load"), S("return 1") };
+    struct slice exists[] = { S("script"), S("exists"), S("abc") };
+    cr_assert_eq(merge_fanout_kind(1, dbsize), MERGE_SUM);
+    cr_assert_eq(merge_fanout_kind(2, keys), MERGE_CONCAT);
+    cr_assert_eq(merge_fanout_kind(3, load), MERGE_SAME);
+    cr_assert_eq(merge_fanout_kind(3, exists), MERGE_NONE);
+    cr_assert_eq(merge_fanout_kind(2, dbsize), MERGE_NONE, "DBSIZE takes no argument");
+}
+
+Test(route_merge, split_by_slot_keeps_pairs_and_positions)
+{
+    struct slice argv[] = { S("MSET"), S("a1"), S("x"), S("b1"), S("y"), S("a2"), S("z") };
+    int n;
+    struct merge_part *p = merge_split(7, argv, 2, first_letter, &n);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(p[0].slot, 'a');
+    cr_assert_eq(p[0].npos, 2);
+    cr_assert_eq(p[0].pos[0], 0);
+    cr_assert_eq(p[0].pos[1], 2);
+    static const char want0[] = "*5\r\n$4\r\nMSET\r\n$2\r\na1\r\n$1\r\nx\r\n"
+                                "$2\r\na2\r\n$1\r\nz\r\n";
+    cr_assert_eq(p[0].req.len, sizeof want0 - 1);
+    cr_assert_eq(memcmp(p[0].req.p, want0, sizeof want0 - 1), 0);
+    static const char want1[] = "*3\r\n$4\r\nMSET\r\n$2\r\nb1\r\n$1\r\ny\r\n";
+    cr_assert_eq(p[1].npos, 1);
+    cr_assert_eq(p[1].pos[0], 1);
+    cr_assert_eq(memcmp(p[1].req.p, want1, sizeof want1 - 1), 0);
+    merge_parts_free(p, n);
+}
+
+static void merged(enum merge how, const struct merge_reply *r, int n, int nkeys,
+                   const char *want)
+{
+    size_t len;
+    char *out = merge_replies(how, r, n, nkeys, &len);
+    cr_assert_eq(len, strlen(want), "%.*s", (int)len, out);
+    cr_assert_eq(memcmp(out, want, len), 0, "%.*s", (int)len, out);
+    free(out);
+}
+
+Test(route_merge, ordered_elements_go_back_to_their_keys)
+{
+    /* MGET a1 b1 a2 b2: part a has keys 0 and 2, part b keys 1 and 3. */
+    static const int pa[] = { 0, 2 }, pb[] = { 1, 3 };
+    struct merge_reply r[] = {
+        { "*2\r\n$2\r\nA1\r\n$-1\r\n", 17, pa, 2 },
+        { "*2\r\n$3\r\nB1x\r\n$2\r\nB2\r\n", 21, pb, 2 },
+    };
+    merged(MERGE_ORDERED, r, 2, 4, "*4\r\n$2\r\nA1\r\n$3\r\nB1x\r\n$-1\r\n$2\r\nB2\r\n");
+    /* RESP3 nulls pass as they are. */
+    struct merge_reply r3[] = { { "*2\r\n_\r\n$1\r\nq\r\n", 14, pa, 2 },
+                                { "*2\r\n_\r\n_\r\n", 10, pb, 2 } };
+    merged(MERGE_ORDERED, r3, 2, 4, "*4\r\n_\r\n_\r\n$1\r\nq\r\n_\r\n");
+}
+
+Test(route_merge, sums_concats_and_errors)
+{
+    struct merge_reply sum[] = { { ":3\r\n", 4, NULL, 0 }, { ":40\r\n", 5, NULL, 0 } };
+    merged(MERGE_SUM, sum, 2, 0, ":43\r\n");
+    struct merge_reply keys[] = { { "*1\r\n$1\r\na\r\n", 11, NULL, 0 }, { "*0\r\n", 4, NULL, 0 },
+                                  { "*2\r\n$1\r\nb\r\n$1\r\nc\r\n", 18, NULL, 0 } };
+    merged(MERGE_CONCAT, keys, 3, 0, "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n");
+    struct merge_reply ok[] = { { "+OK\r\n", 5, NULL, 0 }, { "+OK\r\n", 5, NULL, 0 } };
+    merged(MERGE_SAME, ok, 2, 0, "+OK\r\n");
+    struct merge_reply err[] = { { ":1\r\n", 4, NULL, 0 },
+                                 { "-CLUSTERDOWN Hash slot not served\r\n", 35, NULL, 0 } };
+    merged(MERGE_SUM, err, 2, 0, "-CLUSTERDOWN Hash slot not served\r\n");
+    merged(MERGE_SAME, (struct merge_reply[]){ { "+OK\r\n", 5, NULL, 0 },
+                                               { "-OOM no\r\n", 9, NULL, 0 } },
+           2, 0, "-OOM no\r\n");
+}
