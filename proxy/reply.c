@@ -254,8 +254,11 @@ static void toc_add_reply(struct session *s, enum topo_kind kind, const struct p
 }
 
 /* EXEC's reply to the proxy's MULTI ... EXEC: *N, the command's reply, then
- * one reply per EXPIRE. Only the command's reply goes to the client. */
-static void exec_first_filter(struct session *s, const char *p, size_t n)
+ * one reply per EXPIRE. Only the command's reply goes to the client. In a
+ * cluster, EXEC itself may answer a redirect (the slot moved after the
+ * commands were queued: Redis checks the queued keys again at EXEC): it is
+ * held whole in xerr (empty then) and rewritten as any redirect. */
+static void exec_first_filter(struct session *s, const char *p, size_t n, int done)
 {
     while (n > 0) {
         switch (s->xphase) {
@@ -270,7 +273,7 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
                 s->xerr.len = 0;
                 s->xphase = XP_REST;
             } else {
-                s->xphase = XP_ALL;
+                s->xphase = s->ctx->cfg->cluster ? XP_ERROR : XP_ALL;
             }
             break;
         case XP_HEADER: {
@@ -288,8 +291,8 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
             break;
         }
         case XP_FIRST: {
-            int done = 0;
-            ssize_t used = reply_scan(s->xsub, p, n, &done);
+            int first_done = 0;
+            ssize_t used = reply_scan(s->xsub, p, n, &first_done);
             if (used < 0) {
                 s->xphase = XP_REST;
                 return;
@@ -297,7 +300,7 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
             toc_add(s, p, (size_t)used, 0);
             p += used;
             n -= (size_t)used;
-            if (done)
+            if (first_done)
                 s->xphase = XP_REST;
             break;
         }
@@ -305,6 +308,13 @@ static void exec_first_filter(struct session *s, const char *p, size_t n)
             return;
         case XP_ALL:
             toc_add(s, p, n, 0);
+            return;
+        case XP_ERROR:
+            sbuf_add(&s->xerr, p, n);
+            if (done) {
+                toc_add_reply(s, TOPO_NONE, NULL, s->xerr.p, s->xerr.len);
+                s->xerr.len = 0;
+            }
             return;
         }
     }
@@ -452,7 +462,7 @@ void session_reply(struct session *s, const char *p, size_t n, int done, char ty
     } else if (head != NULL && head->what == PW_EXEC_FIRST && type != '>') {
         if (start)
             s->xphase = XP_START;
-        exec_first_filter(s, p, n);
+        exec_first_filter(s, p, n, done);
     } else if (held(s, head, type)) {
         hold(s, p, n, done, start, head);
     } else if (head == NULL || head->kind != PK_INTERNAL || type == '>') {

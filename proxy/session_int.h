@@ -67,7 +67,7 @@ enum pend_what {
 };
 
 /* Where in an EXEC reply of the proxy's own MULTI the bytes are. */
-enum exec_phase { XP_START, XP_HEADER, XP_FIRST, XP_REST, XP_ALL };
+enum exec_phase { XP_START, XP_HEADER, XP_FIRST, XP_REST, XP_ALL, XP_ERROR };
 
 enum sub_kind { SUB_CHANNEL, SUB_PATTERN, SUB_SHARD };
 
