@@ -35,11 +35,13 @@ CROSSSLOT = b"CROSSSLOT Keys in request don't hash to the same slot"
 
 
 class RoutedProxy(harness.Ttlguard):
-    """ttlguard with cluster = route, the first two nodes as seeds."""
+    """ttlguard with cluster = route, the first two nodes as seeds. Shared
+    connections whatever the pass says (TTLG_PROXY_CONF): the only mode
+    cluster = route has, multiplex = off is refused with it."""
 
     def __init__(self, tmpdir, cluster, conf=None, sections=RULE):
         seeds = " ".join("127.0.0.1:%d" % p for p in cluster.ports[:2])
-        c = {"cluster": "route"}
+        c = {"cluster": "route", "multiplex": "on"}
         c.update(conf or {})
         super().__init__(tmpdir, cluster.ports[0], conf=c, sections=sections,
                          backend_addr=seeds)
@@ -98,7 +100,7 @@ def test_config_refuses_what_route_does_not_take(tmp_path):
              ({"client_password": "x"}, "does not log clients in itself yet")]
     for i, (conf, words) in enumerate(cases):
         d = tmp_path / ("c%d" % i)
-        t = harness.Ttlguard(d, 1, conf=dict(conf, cluster="route"),
+        t = harness.Ttlguard(d, 1, conf=dict({"multiplex": "on"}, **conf, cluster="route"),
                              backend_addr="127.0.0.1:1 127.0.0.1:2")
         r = subprocess.run(t.command(), capture_output=True, text=True, timeout=slow(10))
         assert r.returncode != 0, (conf, r.stderr)
