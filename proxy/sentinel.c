@@ -102,8 +102,9 @@ static int login(struct aconn *c, const char *user, const char *pass, char *err,
 }
 
 /* One command to a (who: "sentinel" or "primary"), logged in as user/pass
- * first. 0 with *r (the caller frees it); 1: a did not answer; -1: it
- * refused (an error reply). err says why, naming a. */
+ * first, over TLS when sentinel_tls (a Sentinel) or backend_tls (the
+ * primary) is on. 0 with *r (the caller frees it); 1: a did not answer;
+ * -1: it refused (an error reply). err says why, naming a. */
 static int ask(const struct config *cfg, const char *who, const struct addr *a,
                const char *user, const char *pass, int argc, const char **argv,
                redisReply **r, char *err, size_t errlen)
@@ -111,8 +112,10 @@ static int ask(const struct config *cfg, const char *who, const struct addr *a,
     char name[300], whom[320], why[400];
     addr_format(a, name, sizeof name);
     snprintf(whom, sizeof whom, "%s %s", who, name);
-    struct aconn *c = aconn_open(a, cfg->connect_timeout, cfg->connect_timeout, NULL, NULL,
-                                 why, sizeof why);
+    struct tls_context *tls = strcmp(who, "sentinel") == 0 ? cfg->sentinel_tls_ctx
+                                                           : cfg->backend_tls_ctx;
+    struct aconn *c = aconn_open(a, cfg->connect_timeout, cfg->connect_timeout, tls,
+                                 cfg->backend_tls_server_name, why, sizeof why);
     if (c == NULL) {
         snprintf(err, errlen, "%.300s: %.250s", whom, why);
         return 1;
@@ -618,6 +621,7 @@ void sentinel_start(struct loop_ctx *ctx, const struct addr *primary,
     for (sn.n = 0; sn.n < MAX_SENTINELS && nth_addr(ctx->cfg->sentinel, sn.n, &a) == 0; sn.n++) {
         struct sentinel_node *nd = &sn.node[sn.n];
         target_set(&nd->t, ctx, &a, 1);
+        nd->t.sentinel = 1;
         link_init(&nd->sub, &nd->t, nd, sub_ready, sub_got);
         link_init(&nd->q, &nd->t, nd, q_ready, q_got);
         nd->answered = 1;           /* the start counts as an answer */

@@ -14,7 +14,8 @@
  *        no Sentinel answered a round ──▶ ROLE on the primary in use: kept
  *             while it answers master (event, /healthz)
  *
- * Connections to Sentinels are plain TCP (TLS to Sentinel is not supported).
+ * The Sentinels are reached over TLS when sentinel_tls is on, the primary
+ * (and its ROLE) when backend_tls is on: both with the backend_tls_* files.
  */
 #ifndef TTLG_SENTINEL_H
 #define TTLG_SENTINEL_H
