@@ -204,7 +204,9 @@ int sentinel_resolve(const struct config *cfg, struct addr *primary, char *err, 
         if (rc == 0)
             return check_role(cfg, primary, err, errlen);
     }
-    snprintf(err, errlen, "no Sentinel answered (last: %s)", last);
+    snprintf(err, errlen, "no Sentinel answered (last: %s)%s", last, cfg->sentinel_tls ? ""
+             : "; with sentinel_tls = off they are asked in plain TCP: Sentinels on TLS need "
+             "sentinel_tls = on");
     return -1;
 }
 
