@@ -62,8 +62,9 @@ void sentinel_free(void);
 
 /* A client's SENTINEL command, when ttlguard follows Sentinel: answered as
  * a Sentinel would, naming ttlguard itself (host:port, the address the
- * client reached; port 0: a unix socket) as the master's address, so that
- * a client library configured for Sentinel can be pointed at ttlguard.
+ * client reached, or the name a TLS client sent as SNI; port 0: a unix
+ * socket) as the master's address, so that a client library configured
+ * for Sentinel can be pointed at ttlguard.
  * Returns 1 with the reply (RESP2) appended to out; 0: not one. */
 int sentinel_answer(const struct config *cfg, const struct request *req, const char *host,
                     int port, struct evbuf *out);
