@@ -27,7 +27,7 @@ import pytest
 import harness
 from harness import Conn, RedisServer, slow, wait_for
 from tls_util import (TlsConn, TlsRedis, TlsTtlguard, client_context, make_certs,
-                      server_tls_problem, tls_ping_ok)
+                      require_server_tls, tls_ping_ok)
 
 redis = pytest.importorskip("redis")
 from redis.sentinel import Sentinel  # noqa: E402
@@ -535,12 +535,7 @@ def certs(tmp_path_factory):
 @pytest.fixture
 def tls_topo(tmp_path, certs):
     harness.need_binary()
-    problem = server_tls_problem(tmp_path, certs)
-    if problem:
-        expected, why = problem
-        if expected:
-            pytest.fail(why)
-        pytest.skip(why)
+    require_server_tls(tmp_path, certs)
     t = Topology(tmp_path, certs)
     yield t
     t.stop()
