@@ -204,9 +204,9 @@ int sentinel_resolve(const struct config *cfg, struct addr *primary, char *err, 
         if (rc == 0)
             return check_role(cfg, primary, err, errlen);
     }
-    snprintf(err, errlen, "no Sentinel answered (last: %s)%s", last, cfg->sentinel_tls ? ""
-             : "; with sentinel_tls = off they are asked in plain TCP: Sentinels on TLS need "
-             "sentinel_tls = on");
+    snprintf(err, errlen, "no Sentinel answered (last: %s)%s", last,
+             cfg->backend_tls && !cfg->sentinel_tls ? "; with sentinel_tls = off they are "
+             "asked in plain TCP: Sentinels on TLS need sentinel_tls = on" : "");
     return -1;
 }
 
@@ -633,8 +633,8 @@ void sentinel_start(struct loop_ctx *ctx, const struct addr *primary,
     uv_timer_init(ctx->loop, &sn.tick);
     uv_timer_init(ctx->loop, &sn.probe_timer);
     uv_timer_start(&sn.tick, on_tick, 0, TICK_MS);
-    log_info("sentinel: master %s is %s (%d Sentinels)", ctx->cfg->sentinel_master,
-             sn.primary_name, sn.n);
+    log_info("sentinel: master %s is %s (%d Sentinels%s)", ctx->cfg->sentinel_master,
+             sn.primary_name, sn.n, ctx->cfg->sentinel_tls ? ", over TLS" : "");
 }
 
 void sentinel_apply(const struct addr *primary)
