@@ -567,6 +567,15 @@ def start_error(p):
     return r.stderr
 
 
+def logs(topo, p):
+    """The ends of the Sentinels' logs and of ttlguard's stderr, for a failure."""
+    tails = []
+    for s in topo.sentinels:
+        with open(os.path.join(s.dir, "log"), errors="replace") as f:
+            tails.append("---- sentinel %d\n%s" % (s.port, "".join(f.readlines()[-15:])))
+    return "\n".join(tails) + "---- ttlguard\n" + p.stderr()[-3000:]
+
+
 def ssl_kw(certs):
     return {"ssl": True, "ssl_ca_certs": certs.ca.cert, "ssl_certfile": certs.client.cert,
             "ssl_keyfile": certs.client.key, "ssl_cert_reqs": "required"}
@@ -590,9 +599,13 @@ def test_tls_failover(tmp_path, tls_topo, certs):
     try:
         time.sleep(0.5)
         assert topo.sentinels[0].cmd("SENTINEL", "FAILOVER", MASTER) == b"OK"
-        wait_for(lambda: events(p, "sentinel_switch"), slow(20), "ttlguard's switch event")
+        try:
+            wait_for(lambda: topo.master_port() != old, slow(40), "the Sentinels' new master",
+                     interval=0.1)
+            wait_for(lambda: events(p, "sentinel_switch"), slow(10), "ttlguard's switch event")
+        except AssertionError as e:
+            raise AssertionError("%s\n%s" % (e, logs(topo, p)))
         t_sw = time.monotonic()
-        wait_for(lambda: topo.master_port() != old, slow(10), "the Sentinels' new master")
         wait_for(lambda: through.oks_after(t_sw) > 50, slow(10), "replies after the switch")
     finally:
         through.finish()
