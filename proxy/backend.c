@@ -358,10 +358,17 @@ static const char *tls_name(const struct bconn *b)
     return name != NULL ? name : b->t->addr.host;
 }
 
+/* The TLS context of b's target: a Sentinel's (sentinel_tls) or the
+ * backend's; NULL: plain TCP. */
+static struct tls_context *tls_of(const struct bconn *b)
+{
+    const struct config *cfg = b->ctx->cfg;
+    return b->t->sentinel ? cfg->sentinel_tls_ctx : cfg->backend_tls_ctx;
+}
+
 static void on_bconn_connect(uv_connect_t *req, int status)
 {
     struct bconn *b = req->data;
-    struct loop_ctx *ctx = b->ctx;
     if (b->state != BC_CONNECTING)
         return;             /* closed meanwhile (connect timeout) */
     if (status < 0) {
@@ -370,12 +377,13 @@ static void on_bconn_connect(uv_connect_t *req, int status)
     }
     if (b->x.h.handle.type == UV_TCP)
         uv_tcp_nodelay(&b->x.h.tcp, 1);
-    if (ctx->cfg->backend_tls_ctx == NULL) {
+    struct tls_context *tls = tls_of(b);
+    if (tls == NULL) {
         bconn_connected(b);
         return;
     }
     bconn_set_state(b, BC_TLS);
-    int r = tls_start(&b->x, ctx->cfg->backend_tls_ctx, tls_name(b), on_bconn_tls);
+    int r = tls_start(&b->x, tls, tls_name(b), on_bconn_tls);
     if (r < 0)
         bconn_fail(b, uv_strerror(r), 0);
 }

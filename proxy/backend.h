@@ -61,6 +61,7 @@ struct target {
     uint64_t last_resolve;           /* monotonic ms */
     uint64_t requests;               /* requests of client sessions that went here */
     int sessions;                    /* client sessions whose requests go here */
+    int sentinel;                    /* a Sentinel: TLS with sentinel_tls (not backend_tls) */
 };
 
 /* Point t at a. blocking: resolve a host name now (start, reload); else in

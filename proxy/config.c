@@ -110,6 +110,7 @@ static const struct conf_key conf_keys[] = {
     { "sentinel_master",     IN_PROXY, parse_optional, CFG(sentinel_master),     0, 0, NULL },
     { "sentinel_username",   IN_PROXY, parse_optional, CFG(sentinel_username),   0, 0, NULL },
     { "sentinel_password",   IN_PROXY, parse_optional, CFG(sentinel_password),   0, 0, NULL },
+    { "sentinel_tls",        IN_PROXY, parse_onoff,    CFG(sentinel_tls),        0, 0, NULL },
     { "client_password",     IN_PROXY, parse_secret,   CFG(client_password),     0, 0, NULL },
     { "protected_mode",      IN_PROXY, parse_choice,   CFG(protected_mode),      0, 0, "no|yes" },
     { "auth_timeout",        IN_PROXY, parse_uint,     CFG(auth_timeout),        0, DURATION_MAX, "seconds (0 = off)" },
@@ -1034,6 +1035,20 @@ static struct tls_context *load_tls_side(struct parse *p, const struct section *
     return ctx;
 }
 
+/* A context towards the backend_tls_* settings: the backend's (backend_tls),
+ * and the Sentinels' (sentinel_tls) with the same files. */
+static struct tls_context *load_to_backend(struct parse *p, const struct section *s)
+{
+    const struct config *c = p->cfg;
+    struct tls_settings st = {
+        .cert_file = c->backend_tls_cert_file, .key_file = c->backend_tls_key_file,
+        .ca_cert_file = c->backend_tls_ca_cert_file, .ca_cert_dir = c->backend_tls_ca_cert_dir,
+        .verify = c->backend_tls_verify, .protocols = c->tls_protocols,
+        .ciphers = c->tls_ciphers, .ciphersuites = c->tls_ciphersuites,
+    };
+    return load_tls_side(p, s, TLS_TO_BACKEND, &st);
+}
+
 /* The TLS keys together: what each side needs, then its context. */
 static void check_tls(struct parse *p, const struct section *s)
 {
@@ -1078,13 +1093,7 @@ static void check_tls(struct parse *p, const struct section *s)
         return;
     }
     if (c->backend_tls) {
-        struct tls_settings st = {
-            .cert_file = c->backend_tls_cert_file, .key_file = c->backend_tls_key_file,
-            .ca_cert_file = c->backend_tls_ca_cert_file, .ca_cert_dir = c->backend_tls_ca_cert_dir,
-            .verify = c->backend_tls_verify, .protocols = c->tls_protocols,
-            .ciphers = c->tls_ciphers, .ciphersuites = c->tls_ciphersuites,
-        };
-        c->backend_tls_ctx = load_tls_side(p, s, TLS_TO_BACKEND, &st);
+        c->backend_tls_ctx = load_to_backend(p, s);
         if (c->backend_tls_ctx == NULL)
             return;
     }
@@ -1200,17 +1209,20 @@ static void check_cluster(struct parse *p, const struct section *s)
     }
 }
 
-/* sentinel = ... and its keys: in place of backend, one TCP Sentinel each. */
+/* sentinel = ... and its keys: in place of backend. sentinel_tls: the
+ * Sentinels are reached over TLS with the backend_tls_* files, whether the
+ * primary is (backend_tls) or not, as client libraries keep the two apart. */
 static void check_sentinel(struct parse *p, const struct section *s)
 {
     struct config *c = p->cfg;
     if (c->sentinel == NULL) {
-        if (c->sentinel_master != NULL || c->sentinel_password != NULL ||
-            c->sentinel_username != NULL)
-            fail_at(p, line_of(s, c->sentinel_master ? "sentinel_master" : c->sentinel_password
-                               ? "sentinel_password" : "sentinel_username"),
-                    "sentinel_master, sentinel_username and sentinel_password need sentinel = "
-                    "HOST:PORT [HOST:PORT ...]");
+        const char *set = c->sentinel_master ? "sentinel_master" : c->sentinel_password
+                          ? "sentinel_password" : c->sentinel_username ? "sentinel_username"
+                          : line_of(s, "sentinel_tls") != s->line ? "sentinel_tls" : NULL;
+        if (set != NULL)
+            fail_at(p, line_of(s, set), "%s needs sentinel = HOST:PORT [HOST:PORT ...] "
+                    "(sentinel_master, sentinel_username, sentinel_password and sentinel_tls "
+                    "are the Sentinels' settings)", set);
         return;
     }
     if (strstr(c->sentinel, "unix:") != NULL)
@@ -1222,13 +1234,14 @@ static void check_sentinel(struct parse *p, const struct section *s)
     else if (line_of(s, "backend") != s->line)
         fail_at(p, line_of(s, "backend"), "backend and sentinel exclude each other: with "
                 "sentinel the backend is the primary the Sentinels name");
-    else if (c->cluster || c->backend_tls)
-        fail_at(p, line_of(s, c->cluster ? "cluster" : "backend_tls"), "sentinel with %s is "
-                "not supported yet", c->cluster == CLUSTER_ROUTE ? "cluster = route" :
-                c->cluster ? "cluster = on" : "backend_tls = on");
+    else if (c->cluster)
+        fail_at(p, line_of(s, "cluster"), "sentinel with cluster = %s is not supported: a "
+                "cluster has no Sentinels", c->cluster == CLUSTER_ROUTE ? "route" : "on");
     else if (c->sentinel_username != NULL && c->sentinel_password == NULL)
         fail_at(p, line_of(s, "sentinel_username"), "sentinel_username needs "
                 "sentinel_password: an ACL user needs both");
+    else if (c->sentinel_tls)
+        c->sentinel_tls_ctx = load_to_backend(p, s);
 }
 
 /* What no single key can check; errors at the section header's line. */
@@ -1518,6 +1531,7 @@ void config_free(struct config *cfg)
     free(cfg->tls_ciphersuites);
     tls_context_free(cfg->backend_tls_ctx);
     tls_context_free(cfg->client_tls_ctx);
+    tls_context_free(cfg->sentinel_tls_ctx);
     rules_free(&cfg->rules);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -42,6 +42,7 @@ struct config {
     char *sentinel_master;          /* the master name the Sentinels know; with sentinel */
     char *sentinel_username;        /* the Sentinels' own login; NULL when unset */
     char *sentinel_password;
+    int sentinel_tls;               /* TLS to the Sentinels (backend_tls_* files); 0 */
     struct secret client_password;  /* the `default` user's password (auth.h) */
     struct auth_users users;        /* default (client_password) and [user] sections: clients
                                        log in to ttlguard itself when there is any */
@@ -87,6 +88,7 @@ struct config {
     char *tls_ciphersuites;
     struct tls_context *backend_tls_ctx;    /* built by config_load: NULL when backend_tls off */
     struct tls_context *client_tls_ctx;     /* NULL without tls_listen */
+    struct tls_context *sentinel_tls_ctx;   /* NULL unless sentinel and sentinel_tls */
 
     /* Redis Cluster (cluster.c) */
     int cluster;                    /* enum cluster_mode; CLUSTER_OFF */

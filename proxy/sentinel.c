@@ -102,8 +102,9 @@ static int login(struct aconn *c, const char *user, const char *pass, char *err,
 }
 
 /* One command to a (who: "sentinel" or "primary"), logged in as user/pass
- * first. 0 with *r (the caller frees it); 1: a did not answer; -1: it
- * refused (an error reply). err says why, naming a. */
+ * first, over TLS when sentinel_tls (a Sentinel) or backend_tls (the
+ * primary) is on. 0 with *r (the caller frees it); 1: a did not answer;
+ * -1: it refused (an error reply). err says why, naming a. */
 static int ask(const struct config *cfg, const char *who, const struct addr *a,
                const char *user, const char *pass, int argc, const char **argv,
                redisReply **r, char *err, size_t errlen)
@@ -111,8 +112,10 @@ static int ask(const struct config *cfg, const char *who, const struct addr *a,
     char name[300], whom[320], why[400];
     addr_format(a, name, sizeof name);
     snprintf(whom, sizeof whom, "%s %s", who, name);
-    struct aconn *c = aconn_open(a, cfg->connect_timeout, cfg->connect_timeout, NULL, NULL,
-                                 why, sizeof why);
+    struct tls_context *tls = strcmp(who, "sentinel") == 0 ? cfg->sentinel_tls_ctx
+                                                           : cfg->backend_tls_ctx;
+    struct aconn *c = aconn_open(a, cfg->connect_timeout, cfg->connect_timeout, tls,
+                                 cfg->backend_tls_server_name, why, sizeof why);
     if (c == NULL) {
         snprintf(err, errlen, "%.300s: %.250s", whom, why);
         return 1;
@@ -201,7 +204,9 @@ int sentinel_resolve(const struct config *cfg, struct addr *primary, char *err, 
         if (rc == 0)
             return check_role(cfg, primary, err, errlen);
     }
-    snprintf(err, errlen, "no Sentinel answered (last: %s)", last);
+    snprintf(err, errlen, "no Sentinel answered (last: %s)%s", last,
+             cfg->backend_tls && !cfg->sentinel_tls ? "; with sentinel_tls = off they are "
+             "asked in plain TCP: Sentinels on TLS need sentinel_tls = on" : "");
     return -1;
 }
 
@@ -618,6 +623,7 @@ void sentinel_start(struct loop_ctx *ctx, const struct addr *primary,
     for (sn.n = 0; sn.n < MAX_SENTINELS && nth_addr(ctx->cfg->sentinel, sn.n, &a) == 0; sn.n++) {
         struct sentinel_node *nd = &sn.node[sn.n];
         target_set(&nd->t, ctx, &a, 1);
+        nd->t.sentinel = 1;
         link_init(&nd->sub, &nd->t, nd, sub_ready, sub_got);
         link_init(&nd->q, &nd->t, nd, q_ready, q_got);
         nd->answered = 1;           /* the start counts as an answer */
@@ -627,8 +633,8 @@ void sentinel_start(struct loop_ctx *ctx, const struct addr *primary,
     uv_timer_init(ctx->loop, &sn.tick);
     uv_timer_init(ctx->loop, &sn.probe_timer);
     uv_timer_start(&sn.tick, on_tick, 0, TICK_MS);
-    log_info("sentinel: master %s is %s (%d Sentinels)", ctx->cfg->sentinel_master,
-             sn.primary_name, sn.n);
+    log_info("sentinel: master %s is %s (%d Sentinels%s)", ctx->cfg->sentinel_master,
+             sn.primary_name, sn.n, ctx->cfg->sentinel_tls ? ", over TLS" : "");
 }
 
 void sentinel_apply(const struct addr *primary)

@@ -14,7 +14,8 @@
  *        no Sentinel answered a round ──▶ ROLE on the primary in use: kept
  *             while it answers master (event, /healthz)
  *
- * Connections to Sentinels are plain TCP (TLS to Sentinel is not supported).
+ * The Sentinels are reached over TLS when sentinel_tls is on, the primary
+ * (and its ROLE) when backend_tls is on: both with the backend_tls_* files.
  */
 #ifndef TTLG_SENTINEL_H
 #define TTLG_SENTINEL_H
@@ -61,8 +62,9 @@ void sentinel_free(void);
 
 /* A client's SENTINEL command, when ttlguard follows Sentinel: answered as
  * a Sentinel would, naming ttlguard itself (host:port, the address the
- * client reached; port 0: a unix socket) as the master's address, so that
- * a client library configured for Sentinel can be pointed at ttlguard.
+ * client reached, or the name a TLS client sent as SNI; port 0: a unix
+ * socket) as the master's address, so that a client library configured
+ * for Sentinel can be pointed at ttlguard.
  * Returns 1 with the reply (RESP2) appended to out; 0: not one. */
 int sentinel_answer(const struct config *cfg, const struct request *req, const char *host,
                     int port, struct evbuf *out);

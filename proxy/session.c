@@ -59,6 +59,7 @@
 #include "route.h"
 #include "sentinel.h"
 #include "session_int.h"
+#include "tls.h"
 #include "util.h"
 
 #define READ_CHUNK      (64 * 1024)
@@ -969,28 +970,35 @@ static void forward_refused(struct session *s, const struct request *req)
     e->t0 = loop_now_ns;
 }
 
-/* The address the client reached ttlguard at: host and port (0: not TCP). */
+/* The address the client reached ttlguard at: host and port (0: not TCP).
+ * A TLS client that sent SNI gets that name as the host: it is the name it
+ * connects by and verifies ttlguard's certificate against. */
 static int client_reached(const struct session *s, char *host, size_t hostlen)
 {
     struct sockaddr_storage ss;
-    int len = sizeof ss;
+    int len = sizeof ss, port;
     if (s->client.h.handle.type != UV_TCP ||
         uv_tcp_getsockname(&s->client.h.tcp, (struct sockaddr *)&ss, &len) != 0)
         return 0;
     if (ss.ss_family == AF_INET6) {
         const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
         uv_ip6_name(a, host, hostlen);
-        return ntohs(a->sin6_port);
+        port = ntohs(a->sin6_port);
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        uv_ip4_name(a, host, hostlen);
+        port = ntohs(a->sin_port);
     }
-    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-    uv_ip4_name(a, host, hostlen);
-    return ntohs(a->sin_port);
+    const char *sni = s->client.tls != NULL ? tls_client_sni(s->client.tls) : NULL;
+    if (sni != NULL)
+        snprintf(host, hostlen, "%s", sni);
+    return port;
 }
 
 /* SENTINEL asked of ttlguard itself, when it follows Sentinel (sentinel.h). */
 static int answer_sentinel(struct session *s, const struct request *req)
 {
-    char host[64] = "";
+    char host[256] = "";
     struct evbuf out = { 0 };
     if (s->ctx->cfg->sentinel == NULL ||
         !sentinel_answer(s->ctx->cfg, req, host, client_reached(s, host, sizeof host), &out))

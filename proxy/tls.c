@@ -636,6 +636,11 @@ int tls_handshake_done(const struct tls *t)
     return t->handshaken;
 }
 
+const char *tls_client_sni(const struct tls *t)
+{
+    return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name);
+}
+
 const char *tls_error(const struct tls *t)
 {
     return t->err;

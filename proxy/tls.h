@@ -99,6 +99,10 @@ size_t tls_pending(const struct tls *t);
 int tls_shutdown(struct xport *x, uv_shutdown_t *req, uv_shutdown_cb cb);
 
 int tls_handshake_done(const struct tls *t);
+
+/* The host name a TLS client sent as SNI (the name it connects by); NULL
+ * when it sent none (a client connecting by address). */
+const char *tls_client_sni(const struct tls *t);
 const char *tls_error(const struct tls *t);
 
 /* Start the module on the loop (the handle that resumes reads of sessions

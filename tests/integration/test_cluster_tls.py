@@ -49,12 +49,7 @@ subjectAltName = DNS:{name}
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
     c = tls_util.make_certs(str(tmp_path_factory.mktemp("certs")))
-    problem = tls_util.server_tls_problem(str(tmp_path_factory.mktemp("probe")), c)
-    if problem is not None:
-        expected, why = problem
-        if expected:
-            pytest.fail(why)
-        pytest.skip(why)
+    tls_util.require_server_tls(str(tmp_path_factory.mktemp("probe")), c)
     return c
 
 

@@ -7,6 +7,11 @@ killed primary) under redis-benchmark load is followed, and what checking
 clients saw through ttlguard is compared with the same clients using
 redis-py's Sentinel client. The figures are printed (pytest -s) and
 appended to $TTLG_SENTINEL_REPORT when set.
+
+TLS (test_tls_*): the same topology on TLS only (port 0, tls-port,
+tls-replication yes; certificates from tls_util.make_certs), ttlguard on
+tls_listen with backend_tls and sentinel_tls; a SENTINEL FAILOVER under
+checking clients on its TLS listener.
 """
 
 import json
@@ -21,6 +26,8 @@ import pytest
 
 import harness
 from harness import Conn, RedisServer, slow, wait_for
+from tls_util import (TlsConn, TlsRedis, TlsTtlguard, client_context, make_certs,
+                      require_server_tls, tls_ping_ok)
 
 redis = pytest.importorskip("redis")
 from redis.sentinel import Sentinel  # noqa: E402
@@ -30,13 +37,19 @@ MASTER = "mymaster"
 REPL_ARGS = ["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]
 
 
-def server_cmd(port, *args):
-    with Conn(port) as c:
+def connect(port, certs=None):
+    """A connection to a server or Sentinel: over TLS (trusting certs.ca,
+    showing certs.client) when certs are given."""
+    return TlsConn(port, client_context(certs.ca.cert, certs.client)) if certs else Conn(port)
+
+
+def server_cmd(port, *args, certs=None):
+    with connect(port, certs) as c:
         return c.cmd(*args)
 
 
-def info_field(port, section, name):
-    for line in server_cmd(port, "INFO", section).decode().splitlines():
+def info_field(port, section, name, certs=None):
+    for line in server_cmd(port, "INFO", section, certs=certs).decode().splitlines():
         if line.startswith(name + ":"):
             return line.split(":", 1)[1]
     return None
@@ -48,31 +61,45 @@ def field(pairs, name):
     return d.get(name.encode())
 
 
+def tls_lines(certs):
+    """A server's or Sentinel's TLS settings (config file lines): it serves
+    certs.server, and reaches the others over TLS (tls-replication: a
+    replica its primary, a Sentinel the servers and the other Sentinels)."""
+    return ("tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
+            "tls-client-cert-file %s\ntls-client-key-file %s\n"
+            "tls-auth-clients optional\ntls-replication yes\n"
+            % (certs.server.cert, certs.server.key, certs.ca.cert, certs.client.cert,
+               certs.client.key))
+
+
 class SentinelProc:
     """The pass's server binary in --sentinel mode on a free loopback port,
-    killed by PID."""
+    killed by PID. With certs: on TLS only (port 0, tls-port)."""
 
-    def __init__(self, tmpdir, primary_port):
-        self.port = harness.free_port()
+    def __init__(self, tmpdir, primary_port, certs=None):
+        self.port, self.certs = harness.free_port(), certs
         self.dir = os.path.join(str(tmpdir), "sentinel-%d" % self.port)
         os.makedirs(self.dir, exist_ok=True)
         conf = os.path.join(self.dir, "sentinel.conf")
         with open(conf, "w") as f:
-            f.write("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/log\n"
+            f.write(("port 0\ntls-port %d\n%s" % (self.port, tls_lines(certs)) if certs
+                     else "port %d\n" % self.port) +
+                    "bind 127.0.0.1\ndir %s\nlogfile %s/log\n"
                     "sentinel monitor %s 127.0.0.1 %d 2\n"
                     "sentinel down-after-milliseconds %s 1500\n"
                     "sentinel failover-timeout %s 5000\n"
                     "sentinel parallel-syncs %s 2\n"
-                    % (self.port, self.dir, self.dir, MASTER, primary_port, MASTER, MASTER,
-                       MASTER))
+                    % (self.dir, self.dir, MASTER, primary_port, MASTER, MASTER, MASTER))
         self.proc = subprocess.Popen([harness.SERVER_BIN, conf, "--sentinel"],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
-        wait_for(lambda: harness._ping_ok(self.port, expect=None), slow(10),
+        ctx = certs and client_context(certs.ca.cert, certs.client)
+        wait_for(lambda: tls_ping_ok(self.port, ctx) if certs else
+                 harness._ping_ok(self.port, expect=None), slow(10),
                  "sentinel on %d" % self.port)
 
     def cmd(self, *args):
-        return server_cmd(self.port, *args)
+        return server_cmd(self.port, *args, certs=self.certs)
 
     def ready(self):
         """It sees both replicas linked and the two other Sentinels."""
@@ -88,18 +115,27 @@ class SentinelProc:
 
 
 class Topology:
-    def __init__(self, tmp_path):
-        self.primary = RedisServer(tmp_path, name="primary", extra_args=REPL_ARGS).start()
-        self.replicas = [RedisServer(tmp_path, name="replica",
-                                     extra_args=REPL_ARGS + ["--replicaof", "127.0.0.1",
-                                                             str(self.primary.port)]).start()
-                         for _ in range(2)]
+    """A primary, two replicas, three Sentinels; with certs, all on TLS only."""
+
+    def __init__(self, tmp_path, certs=None):
+        self.certs = certs
+
+        def server(name, args=()):
+            if certs is None:
+                return RedisServer(tmp_path, name=name, extra_args=REPL_ARGS + list(args))
+            return TlsRedis(tmp_path, certs, auth_clients="optional", name=name,
+                            extra_args=REPL_ARGS + list(args) + [
+                                "--tls-replication", "yes",
+                                "--tls-client-cert-file", certs.client.cert,
+                                "--tls-client-key-file", certs.client.key])
+        self.primary = server("primary").start()
+        self.replicas = [server("replica", ["--replicaof", "127.0.0.1",
+                                            str(self.primary.port)]).start() for _ in range(2)]
         self.servers = [self.primary] + self.replicas
-        self.sentinels = [SentinelProc(tmp_path, self.primary.port) for _ in range(3)]
+        self.sentinels = [SentinelProc(tmp_path, self.primary.port, certs) for _ in range(3)]
         for r in self.replicas:
-            wait_for(lambda: info_field(r.port, "replication", "master_link_status") == "up",
-                     slow(20),
-                     "replica %d linked" % r.port)
+            wait_for(lambda: info_field(r.port, "replication", "master_link_status",
+                                        certs) == "up", slow(20), "replica %d linked" % r.port)
         for s in self.sentinels:
             wait_for(s.ready, slow(30), "sentinel %d sees the replicas linked and the other "
                      "Sentinels" % s.port)
@@ -485,3 +521,127 @@ def test_a_sentinel_client_pointed_at_ttlguard(tmp_path, topo):
         assert redis.Redis(port=topo.master_port()).get("via") == b"sentinel-client"
     finally:
         assert p.stop() == 0
+
+
+# --------------------------------------------------------------------------
+# TLS: the Sentinels, the primary and its replicas on TLS only
+# --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_certs(str(tmp_path_factory.mktemp("sentinel-certs")))
+
+
+@pytest.fixture
+def tls_topo(tmp_path, certs):
+    harness.need_binary()
+    require_server_tls(tmp_path, certs)
+    t = Topology(tmp_path, certs)
+    yield t
+    t.stop()
+
+
+def tls_proxy_for(tmp_path, topo, certs, **keys):
+    """A ttlguard on tls_listen only, following topo's TLS Sentinels
+    (sentinel_tls) to a TLS primary (backend_tls), showing certs.client to
+    both; keys override."""
+    conf = {"tls_listen": "127.0.0.1:%d" % harness.free_port(),
+            "tls_cert_file": certs.server.cert, "tls_key_file": certs.server.key,
+            "sentinel": topo.addrs(), "sentinel_master": MASTER, "sentinel_tls": "on",
+            "backend_tls": "on", "backend_tls_ca_cert_file": certs.ca.cert,
+            "backend_tls_cert_file": certs.client.cert, "backend_tls_key_file": certs.client.key,
+            "events": "%s/events.jsonl" % tmp_path}
+    conf.update(keys)
+    p = TlsTtlguard(tmp_path, 0, certs, conf, plain=False)
+    p.dir = str(tmp_path)           # where events() reads events.jsonl
+    with open(p.config_path) as f:
+        text = f.read()
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("backend = 127.0.0.1:0\n", ""))
+    return p
+
+
+def start_error(p):
+    r = subprocess.run(p.command(), capture_output=True, text=True, timeout=slow(20))
+    assert r.returncode == 1, r.stderr
+    return r.stderr
+
+
+def logs(topo, p):
+    """The ends of the Sentinels' logs and of ttlguard's stderr, for a failure."""
+    tails = []
+    for s in topo.sentinels:
+        with open(os.path.join(s.dir, "log"), errors="replace") as f:
+            tails.append("---- sentinel %d\n%s" % (s.port, "".join(f.readlines()[-15:])))
+    return "\n".join(tails) + "---- ttlguard\n" + p.stderr()[-3000:]
+
+
+def ssl_kw(certs):
+    return {"ssl": True, "ssl_ca_certs": certs.ca.cert, "ssl_certfile": certs.client.cert,
+            "ssl_keyfile": certs.client.key, "ssl_cert_reqs": "required"}
+
+
+def test_tls_failover(tmp_path, tls_topo, certs):
+    """TLS Sentinels are not reached in plain TCP (sentinel_tls = off), a
+    TLS primary's ROLE is not asked in plain TCP (backend_tls = off): both
+    refused at start, naming what did not answer. With both on, a SENTINEL
+    FAILOVER under checking clients on ttlguard's TLS listener: no wrong
+    reply, ttlguard follows the switch, and as a Sentinel it names its TLS
+    listener: by the name the client sent as SNI, else by address."""
+    topo, old = tls_topo, tls_topo.master_port()
+    err = start_error(tls_proxy_for(tmp_path, topo, certs, sentinel_tls="off"))
+    assert "no Sentinel answered" in err and "sentinel_tls = off" in err, err
+    err = start_error(tls_proxy_for(tmp_path, topo, certs, backend_tls="off"))
+    assert "primary 127.0.0.1:%d" % old in err, err
+    p = tls_proxy_for(tmp_path, topo, certs).start()
+    kw = ssl_kw(certs)
+    through = Load("tls", lambda: redis.Redis(port=p.tls_port, socket_timeout=2, **kw))
+    try:
+        time.sleep(0.5)
+        assert topo.sentinels[0].cmd("SENTINEL", "FAILOVER", MASTER) == b"OK"
+        try:
+            wait_for(lambda: topo.master_port() != old, slow(40), "the Sentinels' new master",
+                     interval=0.1)
+            wait_for(lambda: events(p, "sentinel_switch"), slow(10), "ttlguard's switch event")
+        except AssertionError as e:
+            raise AssertionError("%s\n%s" % (e, logs(topo, p)))
+        t_sw = time.monotonic()
+        wait_for(lambda: through.oks_after(t_sw) > 50, slow(10), "replies after the switch")
+    finally:
+        through.finish()
+    ev, new = events(p, "sentinel_switch"), topo.master_port()
+    assert ev[0]["from"] == "127.0.0.1:%d" % old and ev[-1]["to"] == "127.0.0.1:%d" % new, ev
+    assert through.wrong == 0 and ev[0]["follow_ms"] < 1000, (through.summary(), ev)
+    with p.tls_conn() as c:
+        assert c.cmd("ROLE")[0] == b"master"
+        assert c.cmd("SET", "after", "1") == b"OK"
+        # the name it was reached by (SNI): what the client verifies
+        assert c.cmd("SENTINEL", "get-master-addr-by-name", MASTER) == \
+            [b"localhost", str(p.tls_port).encode()]
+    assert server_cmd(new, "GET", "after", certs=certs) == b"1"
+    s = Sentinel([("127.0.0.1", p.tls_port)], sentinel_kwargs=kw, socket_timeout=2, **kw)
+    assert s.discover_master(MASTER) == ("127.0.0.1", p.tls_port)
+    assert s.master_for(MASTER, socket_timeout=2).get("after") == b"1"
+    assert any("sentinel 127.0.0.1:%d: +" % x.port in p.stderr() for x in topo.sentinels), \
+        "no failover event came on a TLS subscription"
+    assert p.stop() == 0
+
+
+def test_tls_config(tmp_path):
+    """sentinel with backend_tls and sentinel_tls is a valid config;
+    sentinel_tls without sentinel, or not on/off, is refused at its line."""
+    harness.need_binary()
+    path = os.path.join(str(tmp_path), "t.ini")
+
+    def check(text):
+        with open(path, "w") as f:
+            f.write("[proxy]\nlisten = 127.0.0.1:%d\n%s" % (harness.free_port(), text))
+        return subprocess.run([harness.TTLG_BIN, "--check-config", "--config", path],
+                              capture_output=True, text=True, timeout=slow(10))
+    r = check("sentinel = 127.0.0.1:1\nsentinel_master = m\nbackend_tls = on\nsentinel_tls = on\n")
+    assert r.returncode == 0, r.stderr
+    r = check("backend = 127.0.0.1:1\nsentinel_tls = on\n")
+    assert r.returncode == 1 and "%s:4: sentinel_tls needs sentinel = HOST:PORT" % path \
+        in r.stderr, r.stderr
+    r = check("sentinel = 127.0.0.1:1\nsentinel_master = m\nsentinel_tls = yes please\n")
+    assert r.returncode == 1 and "%s:5: sentinel_tls" % path in r.stderr, r.stderr

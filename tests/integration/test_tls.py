@@ -48,7 +48,7 @@ import pytest
 import harness
 from harness import Conn, RespMap, enc, free_port, slow, vmrss_kb, wait_for
 from tls_util import (TlsConn, TlsRedis, TlsTtlguard, client_context, make_certs,
-                      server_tls_problem, silent_listener, tls_client_list)
+                      require_server_tls, silent_listener, tls_client_list)
 
 UNAVAILABLE_TLS = rb"^-ERR ttlguard: backend 127\.0\.0\.1:%d unavailable: TLS: "
 MULTIPLEX_ON = harness.EXTRA_CONF.get("multiplex", "on").strip() != "off"
@@ -71,12 +71,7 @@ def make_tls_redis(tmp_path, certs):
     started = []
 
     def make(auth_clients="no", cert=None, extra_args=(), plain=False):
-        problem = server_tls_problem(tmp_path, certs)
-        if problem:
-            expected, why = problem
-            if expected:
-                pytest.fail(why)
-            pytest.skip(why)
+        require_server_tls(tmp_path, certs)
         r = TlsRedis(tmp_path, certs, auth_clients, cert, extra_args, plain=plain).start()
         started.append(r)
         return r

@@ -33,6 +33,8 @@ import ssl
 import subprocess
 import time
 
+import pytest
+
 import harness
 from harness import Conn, Ttlguard, free_port, slow
 
@@ -395,6 +397,17 @@ def server_tls_problem(tmpdir, certs):
             finally:
                 r.stop()
     return _server_tls[harness.SERVER_BIN]
+
+
+def require_server_tls(tmpdir, certs):
+    """Fail the test when SERVER_BIN, built with TLS, does not serve it
+    (server_tls_problem); skip it only when SERVER_BIN was built without."""
+    problem = server_tls_problem(tmpdir, certs)
+    if problem:
+        expected, why = problem
+        if expected:
+            pytest.fail(why)
+        pytest.skip(why)
 
 
 def tls_client_list(server):

@@ -551,7 +551,23 @@ Test(config, tls_keys_load_contexts)
     cr_assert_eq(cfg.tls_auth_clients, 1);
     cr_assert_eq(cfg.backend_tls_verify, 0);
     cr_assert_str_eq(cfg.backend_tls_server_name, "redis.internal");
+    cr_assert_null(cfg.sentinel_tls_ctx);
     config_free(&cfg);
+
+    /* Sentinel: the primary over TLS, the Sentinels too (sentinel_tls), or
+     * the Sentinels alone; the same backend_tls_* files. */
+    const char *both[] = { "backend_tls = on\nsentinel_tls = on", "backend_tls = on",
+                           "sentinel_tls = on" };
+    for (int i = 0; i < 3; i++) {
+        snprintf(text, sizeof text, "[proxy]\nsentinel = 127.0.0.1:26379\n"
+                 "sentinel_master = m\n%s\nbackend_tls_ca_cert_file = %s/cert.pem\n"
+                 "backend_tls_cert_file = %s/cert.pem\nbackend_tls_key_file = %s/key.pem\n",
+                 both[i], d, d, d);
+        load_ok(text, &cfg);
+        cr_assert_eq(cfg.backend_tls_ctx != NULL, i < 2, "%s", both[i]);
+        cr_assert_eq(cfg.sentinel_tls_ctx != NULL, i != 1, "%s", both[i]);
+        config_free(&cfg);
+    }
 
     load_ok("[proxy]\n", &cfg);
     cr_assert_null(cfg.backend_tls_ctx, "TLS is off by default");
@@ -589,6 +605,10 @@ Test(config, tls_file_errors_name_the_key_line_and_file)
              "backend_tls_key_file = %s/junk.pem\nbackend_tls_cert_file = %s/cert.pem\n", d, d);
     snprintf(want, sizeof want, "backend_tls_key_file '%s/junk.pem': not a PEM private key", d);
     load_err(text, 4, want);
+
+    snprintf(text, sizeof text, "[proxy]\nsentinel = 127.0.0.1:26379\nsentinel_master = m\n"
+             "sentinel_tls = on\nbackend_tls_ca_cert_file = %s/junk.pem\n", d);
+    load_err(text, 5, "backend_tls_ca_cert_file");
 
     load_err("[proxy]\nbackend_tls = on\ntls_protocols = TLSv1.2 SSLv3\n", 3,
              "tls_protocols 'TLSv1.2 SSLv3': unknown protocol 'SSLv3'");
@@ -670,7 +690,7 @@ Test(config, cluster_route)
     load_err("[proxy]\ncluster = route\nbackend = unix:/tmp/r.sock\n", 3,
              "needs host:port seeds");
     load_err("[proxy]\ncluster = route\nsentinel = 127.0.0.1:26379\nsentinel_master = m\n", 2,
-             "sentinel with cluster = route is not supported yet");
+             "sentinel with cluster = route is not supported: a cluster has no Sentinels");
     load_err("[proxy]\ncluster = route\n[user \"app\"]\npassword_sha256 = "
              "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8\n", 3,
              "[user \"app\"]: cluster = route does not log clients in itself yet");
@@ -795,8 +815,12 @@ Test(config, sentinel_keys)
 Test(config, sentinel_errors)
 {
     load_err("[proxy]\nsentinel = 127.0.0.1:26379\n", 2, "sentinel needs sentinel_master = NAME");
-    load_err("[proxy]\n\nsentinel_master = m\n", 3, "sentinel_master, sentinel_username and "
-             "sentinel_password need sentinel = HOST:PORT");
+    load_err("[proxy]\n\nsentinel_master = m\n", 3, "sentinel_master needs sentinel = "
+             "HOST:PORT");
+    load_err("[proxy]\nlisten = 127.0.0.1:6380\nsentinel_tls = on\n", 3,
+             "sentinel_tls needs sentinel = HOST:PORT [HOST:PORT ...] (sentinel_master, "
+             "sentinel_username, sentinel_password and sentinel_tls are the Sentinels' settings)");
+    load_err("[proxy]\nsentinel_tls = maybe\n", 2, "sentinel_tls");
     load_err("[proxy]\nsentinel = 127.0.0.1:26379 nope\nsentinel_master = m\n", 2,
              "sentinel = 'nope': expected host:port");
     load_err("[proxy]\nsentinel =\nsentinel_master = m\n", 2, "sentinel is empty");
@@ -804,8 +828,8 @@ Test(config, sentinel_errors)
              "Sentinels are reached at host:port");
     load_err("[proxy]\nsentinel = 127.0.0.1:26379\nsentinel_master = m\nbackend = 127.0.0.1:1\n",
              4, "backend and sentinel exclude each other");
-    load_err("[proxy]\nsentinel = 127.0.0.1:26379\nsentinel_master = m\nbackend_tls = on\n",
-             4, "sentinel with backend_tls = on is not supported yet");
+    load_err("[proxy]\nsentinel = 127.0.0.1:26379\nsentinel_master = m\ncluster = on\n"
+             "cluster_ports = 7100-7105\n", 4, "sentinel with cluster = on is not supported");
     load_err("[proxy]\nsentinel = 127.0.0.1:26379\nsentinel_master = m\n"
              "sentinel_username = u\n", 4, "sentinel_username needs sentinel_password");
 }
