@@ -70,8 +70,7 @@ struct req_framer {
      * off/len from index t_first on are offsets into `tail`. */
     int t_first;            /* the first of them in off/len */
     int t_keep;             /* the bulk at the cursor is copied into tail */
-    char *tail;
-    size_t taillen, tailcap;
+    struct sbuf tail;
 };
 
 /* hiredis needs a non-NULL object per element; we build none. */
@@ -169,7 +168,7 @@ void req_framer_free(struct req_framer *f)
     free(f->len);
     free(f->argv);
     free(f->scratch);
-    free(f->tail);
+    free(f->tail.p);
     free(f);
 }
 
@@ -206,7 +205,7 @@ size_t req_framer_stream(struct req_framer *f)
     f->streaming = 1;
     f->t_first = f->argc;           /* the large bulk is argc - 1 */
     f->t_keep = 0;
-    f->taillen = 0;
+    f->tail.len = 0;
     return f->head_payload;
 }
 
@@ -216,21 +215,10 @@ int req_framer_tail(struct req_framer *f, struct slice *argv, int max)
     if (n > max)
         return -1;
     for (int i = 0; i < n; i++) {
-        argv[i].p = f->tail + f->off[f->t_first + i];
+        argv[i].p = f->tail.p + f->off[f->t_first + i];
         argv[i].len = f->len[f->t_first + i];
     }
     return n;
-}
-
-/* n payload bytes of a kept bulk. */
-static void tail_add(struct req_framer *f, const char *p, size_t n)
-{
-    if (f->taillen + n > f->tailcap) {
-        f->tailcap = (f->taillen + n) * 2;
-        f->tail = xrealloc(f->tail, f->tailcap);
-    }
-    memcpy(f->tail + f->taillen, p, n);
-    f->taillen += n;
 }
 
 int req_framer_streaming(const struct req_framer *f)
@@ -559,7 +547,7 @@ static int hand_header(struct req_framer *f, const char *buf, size_t len, size_t
         /* A bulk after the large one: kept when small (an option, a
          * number), else only its length (its bytes pass unread). */
         f->t_keep = n <= REQ_TAIL_ARG_MAX;
-        add_arg(f, f->taillen, f->t_keep ? (size_t)n : 0);
+        add_arg(f, f->tail.len, f->t_keep ? (size_t)n : 0);
         return 1;
     }
     if (!f->head_found && f->stream_min > 0 && (size_t)n >= f->stream_min &&
@@ -583,7 +571,7 @@ static int hand_frame(struct req_framer *f, const char *buf, size_t len)
         if (f->s_left > 0) {
             size_t n = len - p < f->s_left ? len - p : f->s_left;
             if (f->t_keep && f->s_left > 2)     /* the payload, not its CRLF */
-                tail_add(f, buf + p, n < f->s_left - 2 ? n : f->s_left - 2);
+                sbuf_add(&f->tail, buf + p, n < f->s_left - 2 ? n : f->s_left - 2);
             p += n;
             f->s_left -= n;
         } else if (f->s_args == 0) {
