@@ -1243,9 +1243,8 @@ static enum handled stream_head(struct session *s, const struct request *req)
         s->monitor || (s->ttlg_auth && !s->authed) || s->nchan + s->npat + s->nshard > 0 ||
         s->sub_unsure > 0 || s->pushes || s->route != NULL)
         return HR_HOLD;
-    struct ev_client c;
-    struct policy_ctx ctx = {
-        .cmd = ci, .resp3 = s->resp3, .client = session_client(s, &c),
+    struct policy_ctx ctx = {       /* no event is written from the head: no client */
+        .cmd = ci, .resp3 = s->resp3,
         .can_multi = !s->in_multi && !s->watching && !s->reply_off && !s->reply_skip,
     };
     static struct sbuf pre;
