@@ -112,6 +112,12 @@ def events(path, name):
         return [e for e in map(json.loads, f) if e["event"] == name]
 
 
+def pass_events(log):
+    """The audit_pass events once there is one: the event log is written after
+    the gauges change, so a scrape that shows the pass may come first."""
+    return wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "the audit_pass event")
+
+
 def wait_passes(admin, n, timeout):
     def done():
         m = scrape(admin)
@@ -137,7 +143,7 @@ def test_gauges_and_event_count_the_keyspace(redis_srv, make_proxy, tmp_path):
     assert value(m, "ttlguard_audit_paused", reason="memory") == 0
     assert ("ttlguard_audit_bytes", ()) not in m and not series(m, "ttlguard_audit_bytes")
 
-    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "the audit_pass event")
+    (e,) = pass_events(log)
     assert e["keys"] == TOTAL
     assert e["leaked"] == 2000 and e["leaked_change"] is None
     assert e["registered"] == 250 and e["unregistered"] == 200 and e["expiring"] == 550
@@ -252,7 +258,7 @@ def test_reload_keeps_the_cursor(redis_srv, make_proxy, tmp_path):
     # Not one key read twice: the pass went on from where it was.
     assert value(m, "ttlguard_audit_keys_read_total") == TOTAL
     assert keys_gauges(m) == EXPECTED
-    (e,) = events(log, "audit_pass")
+    (e,) = pass_events(log)
     assert e["rate"] == 900
 
     # New rules in the middle of a pass: it starts over (the counts so far
@@ -408,7 +414,7 @@ def test_loading_pauses(redis_srv, make_proxy, tmp_path):
     assert r["reason"] == "loading" and r["paused_ms"] > 0
     m = wait_passes(admin, 1, 30)
     assert keys_gauges(m) == EXPECTED
-    (e,) = events(log, "audit_pass")
+    (e,) = pass_events(log)
     assert e["keys"] == TOTAL and e["expired_during"] == 0
 
 
@@ -428,7 +434,7 @@ def test_audit_from_a_replica_of_the_backend(redis_srv, make_redis, make_proxy, 
     p, admin, log = start(make_proxy, redis_srv, tmp_path, audit_from=where)
     m = wait_passes(admin, 1, 30)
     assert keys_gauges(m) == EXPECTED
-    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "audit_pass")
+    (e,) = pass_events(log)
     assert e["from"] == where and e["keys"] == TOTAL
     # The fix still goes to the backend: the replica is read-only.
     assert all("--backend" not in cmd for cmd in e["fix"]), e["fix"]
@@ -542,7 +548,7 @@ def test_cluster_walks_every_primary(filled_cluster, audit_cproxy):
     m = wait_passes(admin, 1, 30)
     assert keys_gauges(m) == CLUSTER_EXPECTED
     assert value(m, "ttlguard_audit_last_pass_keys") == CLUSTER_TOTAL
-    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "audit_pass")
+    (e,) = pass_events(log)
     assert e["keys"] == CLUSTER_TOTAL and e["leaked"] == 750
     assert e["dbs"] == [{"db": 0, "leaked": 750}]
     # One line per primary, each with the keys it holds.
@@ -576,7 +582,7 @@ def test_cluster_primary_lost_mid_pass(filled_cluster, audit_cproxy):
              harness.slow(30), "the pass to start over")
     m = wait_passes(admin, 1, 60)
     assert keys_gauges(m) == CLUSTER_EXPECTED
-    (e,) = events(log, "audit_pass")
+    (e,) = pass_events(log)
     ports = {int(n["node"].rsplit(":", 1)[1]) for n in e["nodes"]}
     assert victim not in ports and len(ports) == 3
     assert e["keys"] == CLUSTER_TOTAL
@@ -593,7 +599,7 @@ def test_cluster_reads_a_replica_of_each_shard(filled_cluster, audit_cproxy):
     p, admin, log = audit_cproxy(cluster, 20000, audit_from="replica")
     m = wait_passes(admin, 1, 30)
     assert keys_gauges(m) == CLUSTER_EXPECTED
-    (e,) = wait_for(lambda: events(log, "audit_pass"), harness.slow(5), "audit_pass")
+    (e,) = pass_events(log)
     assert e["keys"] == CLUSTER_TOTAL and e["leaked"] == 750
     assert events(log, "audit_fallback") == []
     # One replica per shard, each holding what its primary holds.
@@ -627,9 +633,9 @@ def test_cluster_shard_without_replica_reads_its_primary(filled_cluster, audit_c
     p, admin, log = audit_cproxy(cluster, 20000, audit_from="replica")
     m = wait_passes(admin, 1, 30)
     assert keys_gauges(m) == CLUSTER_EXPECTED
+    (e,) = pass_events(log)  # written after audit_fallback: both are in the file now
     (f,) = events(log, "audit_fallback")
     assert node_port(f["node"]) == primary and "no online replica" in f["message"]
-    (e,) = events(log, "audit_pass")
     read = {node_port(n["node"]): n for n in e["nodes"]}
     assert "replica_of" not in read[primary] and read[primary]["keys"] == sizes[primary]
     assert sum(n["keys"] for n in read.values()) == CLUSTER_TOTAL
