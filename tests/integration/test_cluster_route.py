@@ -509,6 +509,67 @@ def test_redis_py_transactions_and_watch(cluster, proxy):
         assert cluster.cmd(port, "GET", k) == b"7"
 
 
+def test_transactions_in_resp3_and_from_redis_cli(cluster, proxy):
+    """HELLO 3 before MULTI: the connection of the client's own speaks RESP3
+    too (EXEC's array holds the node's map); redis-cli without -c, a
+    transaction on its stdin, prints what it prints for the owning node.
+    HELLO between WATCH and EXEC is refused (the connection holding them
+    keeps its protocol), and allowed again after UNWATCH."""
+    for port, ks in keys_on_each_primary(cluster, "r3tx:").items():
+        k = ks[0]
+        seq = [("HELLO", "3"), ("MULTI",), ("HSET", k + "h", "f", "v"), ("HGETALL", k + "h"),
+               ("GET", k), ("EXEC",)]
+
+        def run(to):
+            cluster.cmd(port, "DEL", k, k + "h")
+            with Conn(to) as c:
+                return [c.cmd(*a) for a in seq]
+        routed, direct = run(proxy.port), run(port)
+        assert routed[1:] == direct[1:], (routed, direct)
+        assert isinstance(routed[-1][1], harness.RespMap), routed[-1]
+        lines = "MULTI\nSET %s 1\nINCR %s\nGET %s\nEXEC\n" % (k, k, k)
+
+        def cli_stdin(to):
+            cluster.cmd(port, "DEL", k)
+            return subprocess.run(["redis-cli", "-p", str(to)], input=lines, text=True,
+                                  capture_output=True, timeout=slow(20)).stdout
+        outs = [cli_stdin(proxy.port), cli_stdin(port)]
+        assert outs[0] == outs[1] and "QUEUED" in outs[0], outs
+    k = ks[0]
+    with Conn(proxy.port) as c:
+        assert c.cmd("WATCH", k) == b"OK"
+        got = c.cmd("HELLO", "3")
+        assert isinstance(got, RespError) and got.startswith(
+            b"ERR ttlguard cluster = route does not support HELLO inside MULTI or after WATCH"), got
+        assert c.cmd("UNWATCH") == b"OK"
+        assert dict(c.cmd("HELLO", "3"))[b"proto"] == 3
+
+
+def test_a_rule_refusal_inside_multi_aborts_exec(cluster, tmp_path):
+    """Under a reject rule the client's queued write is refused by ttlguard
+    (its -TTLGUARD error at queue time), also when it was the command that
+    would take the transaction to its node: EXEC is -EXECABORT and nothing
+    ran, on any node."""
+    harness.need_binary()
+    p = RoutedProxy(tmp_path, cluster, sections=RULE + '[ttl "rj:"]\nttl = 60\naction = reject\n')
+    p.start()
+    try:
+        for port, ks in keys_on_each_primary(cluster, "rj:").items():
+            k = ks[0]
+            cluster.cmd(port, "DEL", k, k + ":ok")
+            with Conn(p.port) as c:
+                c.send(enc("MULTI") + enc("PING") + enc("SET", k, "v") +
+                       enc("SET", k + ":ok", "v", "EX", "60") + enc("EXEC") + enc("MULTI") +
+                       enc("SET", k, "v") + enc("EXEC") + enc("EXISTS", k, k + ":ok"))
+                got = c.replies(9)
+            assert got[:2] == [b"OK", b"QUEUED"] and got[3] == b"QUEUED", got
+            assert got[2].startswith(b"TTLGUARD") and got[6].startswith(b"TTLGUARD"), got
+            assert got[4].startswith(b"EXECABORT") and got[7].startswith(b"EXECABORT"), got
+            assert got[5] == b"OK" and got[8] == 0, got
+    finally:
+        assert p.stop() == 0, p.stderr()
+
+
 def _blocked_clients(cluster, port):
     return int(cluster.info(port, "clients")["blocked_clients"])
 
