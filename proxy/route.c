@@ -43,8 +43,8 @@
  * (keys of another node get -CROSSSLOT where that node would say -MOVED,
  * and EXEC aborts), WATCH on the watched key's node, a blocking command
  * (BLPOP..., XREAD ... BLOCK) on its key's node. Its requests are units
- * like any other; only their redirects are not followed (the node flagged
- * the transaction).
+ * like any other; only a transaction's redirects are not followed (the
+ * node flagged it), a blocking command's move the pin.
  *
  * What route.c does not build yet is refused before anything is sent, with
  * an error that says so (route_pick(): pub/sub, MONITOR, CLIENT but SETINFO
@@ -78,6 +78,16 @@
 const char route_crossslot[] = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
 const char route_unserved[] = "-CLUSTERDOWN Hash slot not served\r\n";
 
+/* Does a request go over the session's pin? */
+enum pinned {
+    PIN_NOT,
+    PIN_STAYS,      /* yes: its redirects reach the client (a transaction's, or one a WATCH
+                       holds: the node keeps their state, the request cannot go elsewhere) */
+    PIN_FOLLOWS,    /* yes, a blocking command alone on it: nothing ran where a redirect
+                       came from, the pin follows a -MOVED or -ASK to a known node at once
+                       (route_pin_retarget()); what would wait reaches the client */
+};
+
 /* One request sent to a node, until its replies went to the session. */
 struct unit {
     uint32_t tag;
@@ -90,8 +100,7 @@ struct unit {
     unsigned char live;         /* the reply in progress goes to the session as it comes */
     unsigned char redirect;     /* enum redirect_kind of the first redirect among its replies */
     unsigned char waiting;      /* sent again after the next topology read */
-    unsigned char pinned;       /* sent over the session's pin (route_pin.h): its redirects
-                                   reach the client, as a cluster node's in a transaction */
+    unsigned char pinned;       /* enum pinned: sent over the session's pin (route_pin.h) */
     struct target *to;          /* where the redirect sends it (NULL: the slot's owner then) */
     struct sbuf req;            /* what was sent, for a resend */
     struct sbuf park;           /* whole replies not given yet: [type][size_t len][bytes]... */
@@ -112,7 +121,7 @@ struct route_state {
     struct sbuf cur;            /* the bytes of the request being handled */
     int slot;                   /* ...and its slot */
     unsigned char merge;        /* ...enum merge when it goes as several requests */
-    unsigned char pinned;       /* ...it goes over the session's pin */
+    unsigned char pinned;       /* ...enum pinned */
     int width;                  /* ...arguments per key (split by slot) */
     unsigned hint;              /* requests without keys go to this slot's owner */
     int starting;               /* its client is not read until commands and slots are known */
@@ -511,7 +520,7 @@ static int pick_pinned(struct session *s, const struct request *req, const struc
         rc = route_pin_take(s, how, r->slot, cluster_any_primary(r->hint), &t, &no);
     r->merge = MERGE_NONE;
     if (rc == 0) {
-        r->pinned = 1;
+        r->pinned = how == PT_BLOCK && !s->watching ? PIN_FOLLOWS : PIN_STAYS;
         set_target(s, t);
     } else if (rc == 1) {
         s->multi_dirty |= s->in_multi;
@@ -524,7 +533,7 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
                int needs_own)
 {
     struct route_state *r = s->route;
-    r->pinned = 0;
+    r->pinned = PIN_NOT;
     if (route_pin_blocked(s))
         return ROUTE_BLOCKED;
     int how = pin_use(s, req, pl);
@@ -644,9 +653,11 @@ static void unit_send(struct session *s, struct unit *u, struct target *t, int a
     u->redirect = 0;
     u->to = NULL;
     int rc;
-    if (u->pinned)
-        rc = route_pin_send(s, u->req.p, u->req.len, u->total, u->tag);
-    else
+    if (u->pinned) {
+        route_pin_retarget(s, t);       /* a redirect followed: t is another node */
+        rc = asking && route_pin_send(s, ask, sizeof ask - 1, 1, u->tag) < 0 ? -1 :
+             route_pin_send(s, u->req.p, u->req.len, u->total, u->tag);
+    } else
         rc = asking && mux_send(s, t, ask, sizeof ask - 1, 1, u->tag) < 0 ? -1 :
              mux_send(s, t, u->req.p, u->req.len, u->total, u->tag);
     if (rc < 0)
@@ -923,7 +934,8 @@ static void reply_parked(struct session *s, struct unit *u, const struct target 
     } else if (p[0] == '-' && !u->redirect) {
         struct target *to;
         int kind = cluster_redirect(p, n, from, &to);   /* the slot map learns it either way */
-        if (!u->pinned) {
+        if (u->pinned == PIN_NOT || (u->pinned == PIN_FOLLOWS && to != NULL &&
+                                     kind != REDIR_TRYAGAIN)) {
             u->redirect = (unsigned char)kind;
             u->to = to;
         }

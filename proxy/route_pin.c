@@ -181,6 +181,14 @@ int route_pin_send(struct session *s, const char *bytes, size_t n, int replies, 
     return mux_send_on(p->m, s, bytes, n, replies, unit);
 }
 
+void route_pin_retarget(struct session *s, struct target *t)
+{
+    if (s->pin == NULL || s->pin->t == t)
+        return;
+    session_flush_client();             /* as route_pin_settle(): read from that connection */
+    pin_move(s->pin, t);
+}
+
 int route_pin_blocked(const struct session *s)
 {
     return s->pin != NULL && s->pin->blocking && owed(s->pin) > 0;

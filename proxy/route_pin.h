@@ -40,6 +40,9 @@ int route_pin_take(struct session *s, enum pin_take how, int slot, struct target
  * request `unit` (route.c); the first opens its connection. -1: no
  * connection to be had. */
 int route_pin_send(struct session *s, const char *p, size_t n, int replies, uint32_t unit);
+/* A blocking command alone on the pin met a redirect to t, once it was
+ * owed nothing there: the pin goes to t (closed, opened there). */
+void route_pin_retarget(struct session *s, struct target *t);
 /* A request waits behind a blocking command on the pin: nothing else is
  * sent until it is answered, as Redis runs nothing else of a blocked client. */
 int route_pin_blocked(const struct session *s);

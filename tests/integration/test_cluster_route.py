@@ -722,6 +722,34 @@ def test_ask_tryagain_and_moved_of_a_slot_migrated_by_hand(cluster, proxy):
     cluster.wait_stable()
 
 
+def _moved_errors(cluster, port):
+    stat = cluster.info(port, "errorstats").get("errorstat_MOVED", "count=0")
+    return int(stat.split(",")[0].split("=")[1])
+
+
+def test_a_blocking_command_follows_a_moved_slot(cluster, proxy):
+    """A slot handed to another primary straight on the nodes (the proxy's
+    slot map still names the old one): BLPOP of a key in it meets the old
+    owner's -MOVED, and its connection follows to the new owner, where it
+    blocks until an LPUSH there; the client never sees the redirect."""
+    src, dst = cluster.primaries()[0], cluster.primaries()[1]
+    k = cluster.key_for_slot_owner(src, prefix="blm:") + ":list"
+    slot = key_slot(k)
+    assert cluster.cmd(src["port"], "DEL", k) in (0, 1)
+    moved = _moved_errors(cluster, src["port"])
+    _finish_slot(cluster, slot, dst)
+    try:
+        with Conn(proxy.port) as c:
+            c.send(enc("BLPOP", k, "0") + enc("GET", k))
+            wait_blocked(dst["port"], "blpop")
+            assert _moved_errors(cluster, src["port"]) > moved
+            assert cluster.cmd(dst["port"], "LPUSH", k, "x") == 1
+            assert c.replies(2) == [[k.encode(), b"x"], None]
+    finally:
+        _finish_slot(cluster, slot, src)
+    cluster.wait_stable()
+
+
 def test_reshard_under_traffic_costs_no_errors(cluster, proxy):
     """`redis-cli --cluster reshard` of 150 slots while a client writes and
     reads through the proxy (pipelines of SET, GET and a split MGET): not one
