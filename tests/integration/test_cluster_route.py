@@ -435,6 +435,40 @@ def test_multi_crossslot_aborts_and_routing_goes_on(cluster, proxy):
         assert c.cmd("GET", b) == b"after"
 
 
+def test_transactions_pipelined_back_to_back_over_every_node(cluster, proxy):
+    """One write of 60 transactions, each on the node of its keys, among
+    plain GETs of keys of every node: every reply in its place, every value
+    on its owner; and, the client still connected, no connection of its own
+    left open on any node once its replies are in."""
+    keys = [k for ks in keys_on_each_primary(cluster, "txp:", 4).values() for k in ks]
+
+    def connected():                # less this one, which asks
+        return [int(cluster.info(n["port"], "clients")["connected_clients"]) - 1
+                for n in cluster.primaries()]
+    with Conn(proxy.port) as c:
+        for k in keys:
+            c.cmd("GET", k)         # the shared connections to every node are open
+    before = connected()
+    out, want = [], []
+    for i in range(60):
+        k, g = keys[i % len(keys)], keys[(i * 7 + 3) % len(keys)]
+        out += [enc("GET", g), enc("MULTI"), enc("PING"), enc("SET", k, i), enc("GET", k),
+                enc("EXEC")]
+        want += [[b"OK", b"QUEUED", b"QUEUED", b"QUEUED", [b"PONG", b"OK", str(i).encode()]]]
+    with Conn(proxy.port, timeout=slow(30)) as c:
+        for k in keys:
+            c.cmd("DEL", k)
+        c.send(b"".join(out))
+        got = c.replies(6 * len(want))
+        wait_for(lambda: connected() == before, 5, "the nodes' clients back to %s" % before)
+    for i, w in enumerate(want):
+        assert not isinstance(got[6 * i], RespError) and got[6 * i + 1:6 * i + 6] == w, \
+            (i, got[6 * i:6 * i + 6])
+    for i, k in enumerate(keys):
+        last = max(j for j in range(60) if j % len(keys) == i)
+        assert cluster.cmd(owner_port(cluster, k), "GET", k) == str(last).encode(), k
+
+
 def test_multi_under_a_ttl_rule(cluster, proxy):
     """Under [ttl "t:"] (rewrite, 900 s) the client's own transaction: each
     reply is the command's own and each key has its TTL on its owner."""
