@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 #
 # bench/cluster.sh: redis-benchmark --cluster straight to a 6-node Redis Cluster versus
-# through ttlguard (cluster = on), in one run (issue 12).
+# through ttlguard (cluster = on), in one run (issue 12); with --route, versus plain
+# redis-benchmark through ttlguard's one address (cluster = route, issue 27).
 #
-# usage: bench/cluster.sh [--quick] [--tls] [--rounds N] [--seconds S] [--targets LIST] > out.md
+# usage: bench/cluster.sh [--quick] [--tls|--route] [--rounds N] [--seconds S] [--targets LIST] > out.md
 #   --tls            a TLS cluster (tls-port, tls-cluster, tls-replication; certificates made
 #                    here) and redis-benchmark --tls: direct to the nodes' TLS ports, through
 #                    ttlguard with backend_tls = on and tls_listen (TLS node ports); GET/SET
+#   --route          targets direct and route (default); GET SET MGET MSET, MGET and MSET
+#                    of 10 keys: in one slot with --cluster (redis-benchmark gives every key
+#                    of a command its client's {tag}: a cluster refuses keys of several
+#                    slots), across slots without (ttlguard splits them by slot)
 #   --quick          plumbing check: --seconds 0.2 (figures rounded to 250 ms, meaningless)
 #   --rounds N       rounds per case, the table shows the median (default 3)
 #   --seconds S      length of one measurement, calibrated on the first target (default 2)
-#   --targets LIST   comma separated subset, the first is the calibration target (default all):
+#   --targets LIST   comma separated, the first is the calibration target (default
+#                    direct,ttlguard,ttlguard_rules; with --route direct,route):
 #     direct           --cluster -> the first node (the baseline)
 #     ttlguard         --cluster -> ttlguard's entry port, no rules (the headline)
 #     ttlguard_rules   --cluster -> a second ttlguard: [ttl "key:"], [ttl "counter:"] and
 #                      [ttl "mylist:"], action = rewrite, ttl = 900: every write rewritten
+#     route            plain redis-benchmark (no --cluster) -> ttlguard with cluster = route
 #   -h, --help       this text
 # environment: TTLG_BIN (default build/ttlguard, built in Release when unset and
 #   missing), BENCH_PORTS (default 7600-7699), REDIS_SERVER REDIS_CLI REDIS_BENCHMARK
@@ -28,14 +35,15 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-ALL_TARGETS=direct,ttlguard,ttlguard_rules
+ALL_TARGETS=direct,ttlguard,ttlguard_rules,route
 usage() { sed -n '/^# usage:/,/^#$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
-ROUNDS=3 SECONDS_PER=2 TARGETS=$ALL_TARGETS CLIENTS=50 KEYSPACE=100000 TLS=0
+ROUNDS=3 SECONDS_PER=2 TARGETS= CLIENTS=50 KEYSPACE=100000 TLS=0 ROUTE=0
 while (($#)); do
     case $1 in
     --quick) SECONDS_PER=0.2 ;;
     --tls) TLS=1 ;;
+    --route) ROUTE=1 ;;
     --rounds) ROUNDS=${2:?--rounds needs a value}; shift ;;
     --seconds) SECONDS_PER=${2:?--seconds needs a value}; shift ;;
     --targets) TARGETS=${2:?--targets needs a value}; shift ;;
@@ -45,6 +53,8 @@ while (($#)); do
     shift
 done
 
+((TLS && ROUTE)) && { echo "bench/cluster.sh: --tls and --route: one at a time" >&2; exit 2; }
+if [[ -z $TARGETS ]]; then ((ROUTE)) && TARGETS=direct,route || TARGETS=direct,ttlguard,ttlguard_rules; fi
 BENCH_NAME=cluster.sh BENCH_PORTS=${BENCH_PORTS:-7600-7699} BENCH_TOOLS=""
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -131,23 +141,44 @@ start_ttlguard() { # start_ttlguard TARGET RULES(0|1)
 }
 if in_targets ttlguard; then start_ttlguard ttlguard 0; fi
 if in_targets ttlguard_rules; then start_ttlguard ttlguard_rules 1; fi
+routed_get() { [[ $(cli "$1" get bench:routed:probe) == "" ]] && [[ $(cli "$1" dbsize) =~ ^[0-9]+$ ]]; }
+if in_targets route; then # cluster = route: no node listeners, plain TCP (TLS is --tls's)
+    free_port port
+    printf '; written by bench/cluster.sh\n[proxy]\nmultiplex = on\ncluster = route\nlisten = 127.0.0.1:%s\nbackend = 127.0.0.1:%s 127.0.0.1:%s\n' \
+        "$port" "${NODES[0]}" "${NODES[1]}" >"$WORK/route.ini"
+    start_bg "$WORK/route.log" "$WORK/ttlguard" --config "$WORK/route.ini"
+    wait_for "route PING" "$PID_LAST" 10 pong "$port"
+    wait_for "route GET and DBSIZE (the slot map read)" "$PID_LAST" 20 routed_get "$port"
+    TPORT[route]=$port TPID[route]=$PID_LAST
+fi
 
 # ---- measuring ------------------------------------------------------------------------
-bench() { # bench TARGET ARGS...: redis-benchmark --cluster at TARGET's port, bounded
-    local port=${TPORT[$1]} limit; shift
+bench() { # bench TARGET ARGS...: redis-benchmark at TARGET's port (--cluster but to route), bounded
+    local port=${TPORT[$1]} limit cl=(--cluster)
+    [[ $1 == route ]] && cl=(--threads "$NPRIM") # as many threads as --cluster runs
+    shift
     limit=$(awk -v s="$SECONDS_PER" 'BEGIN { printf "%d", 60 + 20 * s }')
-    timeout -k 5 "$limit" "$REDIS_BENCHMARK" --cluster "${TLS_ARGS[@]}" -h 127.0.0.1 -p "$port" "$@" 2>>"$WORK/redis-benchmark.err"
+    timeout -k 5 "$limit" "$REDIS_BENCHMARK" "${cl[@]}" "${TLS_ARGS[@]}" -h 127.0.0.1 -p "$port" "$@" 2>>"$WORK/redis-benchmark.err"
+}
+test_args() { # test_args TARGET TEST: what redis-benchmark runs for TEST (MGET: 10 keys of key:*)
+    local key=key:__rand_int__ i
+    [[ $1 == route ]] || key="key:{tag}:__rand_int__" # the keys --cluster's SET made
+    if [[ $2 == mget ]]; then printf 'MGET\n'; for i in $(seq 10); do printf '%s\n' "$key"; done
+    else printf -- '-t\n%s\n' "$2"; fi
 }
 # With --cluster, redis-benchmark runs a thread per primary, and a thread whose clients are
 # through stops only at its next 250 ms tick, so its final figure counts time up to a tick.
 # The rate taken is the running "(overall: R)" printed at the last tick before the end (a
 # thread's first tick comes after 1 ms, skipped), else the final figure (runs < 250 ms).
 bench_rps() { # bench_rps TARGET TEST PIPELINE N: print the requests/s, or return 1
-    local out rps
-    out=$(bench "$1" -c "$CLIENTS" -n "$4" -r "$KEYSPACE" -P "$3" -t "$2" -q) || return 1
-    rps=$(tr '\r' '\n' <<<"$out" | awk -v skip="$NPRIM" '/\(overall: / && ++n > skip { t = $0
+    local out rps skip=$NPRIM args
+    mapfile -t args < <(test_args "$1" "$2")
+    [[ $1 == route ]] && skip=1000000 # --threads ends together: its final figure is exact
+    out=$(bench "$1" -c "$CLIENTS" -n "$4" -r "$KEYSPACE" -P "$3" -q "${args[@]}") || return 1
+    rps=$(tr '\r' '\n' <<<"$out" | awk -v skip="$skip" '/\(overall: / && ++n > skip { t = $0
         sub(/.*rps=[^ ]* \(overall: /, "", t); sub(/\).*/, "", t) }
-        / requests per second/ { f = $2 } END { print (t != "" ? t : f) }')
+        / requests per second/ { f = $0; sub(/ requests per second.*/, "", f); sub(/.* /, "", f) }
+        END { print (t != "" ? t : f) }')
     [[ $rps =~ ^[0-9]+(\.[0-9]+)?$ ]] && echo "$rps"
 }
 stats() { # stats VALUES: their median and (max - min)/median, or nothing
@@ -174,23 +205,31 @@ if in_targets ttlguard_rules; then
 fi
 flush_all
 bench direct -c "$CLIENTS" -n $((KEYSPACE * 5)) -r "$KEYSPACE" -P 16 -t set -q >/dev/null || die "could not fill key:* on the cluster"
+if in_targets route; then # route's plain keys (key:N) too, through it
+    bench route -c "$CLIENTS" -n $((KEYSPACE * 5)) -r "$KEYSPACE" -P 16 -t set -q >/dev/null || die "could not fill key:* through route"
+fi
 
 build=
 [[ $TTLG_BIN -ef $ROOT/build/ttlguard ]] &&
     build=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=\(.*\)/, \1 build/p' "$ROOT/build/CMakeCache.txt" 2>/dev/null)
 ldd "$TTLG_BIN" 2>/dev/null | grep -qE 'libasan|libubsan' && build+=" - SANITIZER BUILD, numbers are meaningless"
-echo "## Redis Cluster pass-through$( ((TLS)) && echo ", TLS")"
+echo "## Redis Cluster pass-through$( ((TLS)) && echo ", TLS")$( ((ROUTE)) && echo ", cluster = route")"
 ((TLS)) && echo && echo "- TLS everywhere: nodes with tls-port, tls-cluster and tls-replication (EC P-256 certificate); redis-benchmark --tls; ttlguard backend_tls = on and tls_listen (its node ports speak TLS)"
 echo
 echo "- $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)), not pinned, all processes on this host; load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "- $(first_line "$REDIS_SERVER" --version | cut -d' ' -f1-3); $(first_line "$REDIS_BENCHMARK" --version); cluster of 6 nodes, $NPRIM primaries with 1 replica each, node timeout 2000 ms, no persistence"
-echo "- ttlguard: $TTLG_BIN, $(first_line "$TTLG_BIN" --version)$build; cluster = on, multiplex = on (the default); node listeners: ${RANGES:-none}"
+mode="cluster = on, multiplex = on (the default); node listeners: ${RANGES:-none}"
+((ROUTE)) && mode="cluster = route (one address, plain redis-benchmark), multiplex = on, no rules"
+echo "- ttlguard: $TTLG_BIN, $(first_line "$TTLG_BIN" --version)$build; $mode"
 [[ -z $RULES_NOTE ]] || echo "- ttlguard_rules: [ttl \"key:\"], [ttl \"counter:\"], [ttl \"mylist:\"], action = rewrite, ttl = 900; after a write run: $RULES_NOTE"
 echo "- redis-benchmark --cluster -c $CLIENTS -r $KEYSPACE (a thread per primary), one test per invocation, rate at its last 250 ms tick; $ROUNDS round(s), interleaved, median shown; about ${SECONDS_PER}s per measurement"
+((ROUTE)) && echo "- route: the same without --cluster (--threads $NPRIM, as many as --cluster runs; its final rate) at ttlguard's address; MGET is \`MGET key:__rand_int__\` x10 there (keys in 10 slots: split by slot, merged), \`MGET key:{tag}:__rand_int__\` x10 with --cluster (one slot); -t mset likewise (redis-benchmark's own 10 keys)"
 echo
 
 declare -A N RESULTS CPU REQS
-TESTS=(set get incr lpush) PIPES=(1 16) && ((TLS)) && TESTS=(set get) NT=${#TLIST[@]} FAILED=0 ci=0
+TESTS=(set get incr lpush) PIPES=(1 16) NT=${#TLIST[@]} FAILED=0 ci=0
+((TLS)) && TESTS=(set get)
+((ROUTE)) && TESTS=(get set mget mset)
 for t in "${TESTS[@]}"; do
     for p in "${PIPES[@]}"; do
         # A probe of about half the wanted length at a guessed rate; >= 20 pipelines per client.

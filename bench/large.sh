@@ -21,9 +21,12 @@
 #     ttlguard_1to1       ttlguard, multiplex = off, no rules
 #     ttlguard_rule       multiplex = on, [ttl "key:"] action = rewrite, ttl = 3600
 #     ttlguard_1to1_rule  multiplex = off, the same rule
+#     nutcracker          nutcracker (twemproxy), one server connection: what another proxy's
+#                         second hop costs on the same machine, for reference
 #   -h, --help       this text
 # environment: TTLG_BIN (default build/ttlguard, built in Release when unset and
-#   missing), BENCH_PORTS (default 7500-7599), REDIS_SERVER REDIS_CLI REDIS_BENCHMARK
+#   missing), BENCH_PORTS (default 7500-7599), REDIS_SERVER REDIS_CLI REDIS_BENCHMARK,
+#   NUTCRACKER (default /usr/sbin/nutcracker)
 #
 # redis-benchmark 7.0 (-q, no -r) writes and reads the one key "key:__rand_int__" with
 # -t set / -t get and -d SIZE; it takes -d up to 1 GB. Under the rule every SET is
@@ -40,7 +43,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-ALL_TARGETS=direct,ttlguard,ttlguard_1to1,ttlguard_rule,ttlguard_1to1_rule
+ALL_TARGETS=direct,ttlguard,ttlguard_1to1,ttlguard_rule,ttlguard_1to1_rule,nutcracker
 usage() { sed -n '/^# usage:/,/^#$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 ROUNDS=3 SECONDS_PER=1 CAP=4 TARGETS=$ALL_TARGETS
@@ -126,6 +129,20 @@ in_targets ttlguard && start_ttlguard ttlguard on 0
 in_targets ttlguard_1to1 && start_ttlguard ttlguard_1to1 off 0
 in_targets ttlguard_rule && start_ttlguard ttlguard_rule on 1
 in_targets ttlguard_1to1_rule && start_ttlguard ttlguard_1to1_rule off 1
+if in_targets nutcracker; then
+    NUTCRACKER=${NUTCRACKER:-/usr/sbin/nutcracker}
+    [[ -x $NUTCRACKER ]] || die "$NUTCRACKER not found (Debian package nutcracker)"
+    # shellcheck source=bench/nutcracker.sh
+    . "$ROOT/bench/nutcracker.sh"
+    free_port port
+    free_port nc_stats
+    nutcracker_yml "$WORK/nutcracker.yml" "$port" "$REDIS_PORT"
+    start_bg "$WORK/nutcracker.out" "$NUTCRACKER" -c "$WORK/nutcracker.yml" -s "$nc_stats" \
+        -a 127.0.0.1 -o "$WORK/nutcracker.log"
+    wait_ping nutcracker "$PID_LAST" "$port"
+    TPORT[nutcracker]=$port TPID[nutcracker]=$PID_LAST
+    RSS_START[nutcracker]=$(vm "$PID_LAST" VmRSS)
+fi
 
 # ---- plumbing check: a 1 MB value through every target arrives whole both ways, and
 # the rule targets give the key a TTL (the others do not) ----------------------------
@@ -157,6 +174,7 @@ echo
 echo "- $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs (${cpu_model:-unknown}), $(sed -n 's/^PRETTY_NAME="\(.*\)"/\1/p' /etc/os-release 2>/dev/null), kernel $(uname -r), not pinned; load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "- $(first_line "$REDIS_SERVER" --version | cut -d' ' -f1-3), --save '' --appendonly no; $(first_line "$REDIS_BENCHMARK" --version)"
 echo "- ttlguard: $TTLG_BIN, $(first_line "$TTLG_BIN" --version)$build; max_buffer 4 MB (the default); rule targets: \`[ttl \"key:\"] ttl = 3600, action = rewrite\`"
+in_targets nutcracker && echo "- nutcracker: $(first_line "$NUTCRACKER" --version | sed 's/^This is //; s/ *$//'), one server connection (bench/nutcracker.sh)"
 echo "- \`redis-benchmark -q -c CLIENTS -n N -d SIZE -t set|get\` (key \`$KEY\`); $ROUNDS round(s), interleaved, median shown; N calibrated for about ${SECONDS_PER}s on ${TLIST[0]}, at least 2 per client; a measurement is cut after ${CAP}x ${TLIST[0]}'s time (at least 3 s)"
 echo
 
@@ -280,18 +298,19 @@ fmt() { # fmt RPS CUT: the rate with 3 significant figures at least, * when cut
     awk -v r="$1" -v c="$2" 'BEGIN { f = (r >= 100) ? "%.0f" : (r >= 10) ? "%.1f" : "%.2f"; printf f "%s", r, (c ? "*" : "") }'
 }
 declare -A LABEL=([direct]=direct [ttlguard]="ttlguard" [ttlguard_1to1]="ttlguard 1:1"
-    [ttlguard_rule]="ttlguard + rule" [ttlguard_1to1_rule]="ttlguard 1:1 + rule")
-TTLG_TARGETS=()
-for tg in "${TLIST[@]}"; do [[ $tg == direct ]] || TTLG_TARGETS+=("$tg"); done
+    [ttlguard_rule]="ttlguard + rule" [ttlguard_1to1_rule]="ttlguard 1:1 + rule"
+    [nutcracker]=nutcracker)
+PROXIES=() NTTLG=0   # every target but direct; the ttlguard ones among them
+for tg in "${TLIST[@]}"; do [[ $tg == direct ]] || PROXIES+=("$tg"); [[ $tg == ttlguard* ]] && NTTLG=$((NTTLG + 1)); done
 have_direct=0
 in_targets direct && have_direct=1
 printf '| test | value | clients | direct MB/s |'
 for tg in "${TLIST[@]}"; do printf ' %s/s |' "${LABEL[$tg]}"; done
-((have_direct)) && for tg in "${TTLG_TARGETS[@]}"; do printf ' %s / direct |' "${LABEL[$tg]}"; done
+((have_direct)) && for tg in "${PROXIES[@]}"; do printf ' %s / direct |' "${LABEL[$tg]}"; done
 echo ' spread |'
 printf '| --- | ---: | ---: | ---: |'
 for tg in "${TLIST[@]}"; do printf ' ---: |'; done
-((have_direct)) && for tg in "${TTLG_TARGETS[@]}"; do printf ' ---: |'; done
+((have_direct)) && for tg in "${PROXIES[@]}"; do printf ' ---: |'; done
 echo ' ---: |'
 MISSES=() ANY_CUT=0
 for t in "${TEST_LIST[@]}"; do
@@ -308,10 +327,10 @@ for t in "${TEST_LIST[@]}"; do
                 sp=$(max "$(spread <<<"${RESULTS[$k|$tg]:-}")" "$sp")
             done
             if ((have_direct)); then
-                for tg in "${TTLG_TARGETS[@]}"; do
+                for tg in "${PROXIES[@]}"; do
                     q=$(ratio "$(median <<<"${RESULTS[$k|$tg]:-}")" "$d")
                     printf ' %s |' "$q"
-                    if [[ $q == - ]] || awk -v a="$q" 'BEGIN { exit !(a < 0.80) }'; then
+                    if [[ $tg == ttlguard* ]] && { [[ $q == - ]] || awk -v a="$q" 'BEGIN { exit !(a < 0.80) }'; }; then
                         MISSES+=("${t^^} $(size_label "$s") -c $c ${LABEL[$tg]} $q")
                     fi
                 done
@@ -329,18 +348,18 @@ echo ". Spread: the largest (max - min)/median over rounds of the row's targets.
 ((ANY_CUT)) && echo "* cut at the cap: requests completed over the time until cut (a rate it reached, not a full measurement; 0 when not one request completed)."
 echo
 if ((!have_direct)); then echo "Target >= 0.80 x direct: not checked, no direct target."
-elif ((${#MISSES[@]})); then echo "**Target >= 0.80 x direct missed on ${#MISSES[@]} of $((${#TEST_LIST[@]} * ${#SIZE_B[@]} * ${#CLIST[@]} * ${#TTLG_TARGETS[@]})) cells:** $(printf '%s, ' "${MISSES[@]}" | sed 's/, $//')."
+elif ((${#MISSES[@]})); then echo "**Target >= 0.80 x direct missed on ${#MISSES[@]} of $((${#TEST_LIST[@]} * ${#SIZE_B[@]} * ${#CLIST[@]} * NTTLG)) cells:** $(printf '%s, ' "${MISSES[@]}" | sed 's/, $//')."
 else echo "Target met: every ttlguard target >= 0.80 x direct on every row."; fi
 
-if ((${#TTLG_TARGETS[@]})); then
+if ((${#PROXIES[@]})); then
     echo
-    echo "ttlguard's RSS during the $(size_label "$MAX_SIZE") cases ($( ((HWM_OK)) && echo "VmHWM, reset before each measurement" || echo "VmRSS sampled every 20 ms"); largest over rounds), MB:"
+    echo "Each proxy's RSS during the $(size_label "$MAX_SIZE") cases ($( ((HWM_OK)) && echo "VmHWM, reset before each measurement" || echo "VmRSS sampled every 20 ms"); largest over rounds), MB:"
     echo
     echo "| test | clients | target | RSS at start | peak RSS | growth | growth / value |"
     echo "| --- | ---: | --- | ---: | ---: | ---: | ---: |"
     for t in "${TEST_LIST[@]}"; do
         for c in "${CLIST[@]}"; do
-            for tg in "${TTLG_TARGETS[@]}"; do
+            for tg in "${PROXIES[@]}"; do
                 k="$t|$MAX_SIZE|$c|$tg"
                 awk -v z="${RSS_START[$tg]:-0}" -v a="${GROWTH[$k]:-0}" -v b="${RSS1[$k]:-0}" -v s="$MAX_SIZE" \
                     -v t="${t^^}" -v c="$c" -v g="${LABEL[$tg]}" 'BEGIN {
@@ -349,24 +368,25 @@ if ((${#TTLG_TARGETS[@]})); then
         done
     done
     echo
-    echo "RSS at start: right after ttlguard answered PING. Peak: the largest over rounds. Growth: peak minus the RSS just" \
+    echo "RSS at start: right after the proxy answered PING. Peak: the largest over rounds. Growth: peak minus the RSS just" \
         "before the measurement, the largest over rounds (the allocator may keep memory from earlier cases, which the peak includes and the growth does not)."
     echo "Bound of issue 24 item 2: growth of about max_buffer (4 MB) plus a read chunk per client, whatever the value's size."
 fi
 ((${#PLUMB[@]} == 0)) || { echo; echo "**WARNING: plumbing check: $(printf '%s; ' "${PLUMB[@]}" | sed 's/; $//')**"; }
 
 # ---- health: ttlguard alive, what it logged, what redis-benchmark said -------------
-for tg in "${TTLG_TARGETS[@]}"; do
-    kill -0 "${TPID[$tg]}" 2>/dev/null || { FAILED=1 KEEP_WORK=1; printf '\n**ttlguard %s died during the run**\n' "$tg"; }
+for tg in "${PROXIES[@]}"; do
+    kill -0 "${TPID[$tg]}" 2>/dev/null || { FAILED=1 KEEP_WORK=1; printf '\n**%s died during the run**\n' "${LABEL[$tg]}"; }
     bad=$(grep -iE 'error|warn|fail|crit|abort|assert' "$WORK/$tg.log" | grep -v 'open files limit' || true)
     if [[ -n $bad ]]; then
         KEEP_WORK=1
-        printf '\nttlguard %s logged (count, line; all in %s):\n\n' "$tg" "$WORK/$tg.log"
+        printf '\n%s logged (count, line; all in %s):\n\n' "${LABEL[$tg]}" "$WORK/$tg.log"
         sort <<<"$bad" | uniq -c | sort -rn | head -n 5 | sed 's/^ *\([0-9]*\) /- \1x `/; s/$/`/'
     fi
 done
 kill -0 "$REDIS_PID" 2>/dev/null || { FAILED=1 KEEP_WORK=1; printf '\n**redis-server died during the run**\n'; }
-BENCH_ERR=$(grep -v '^[[:space:]]*$' "$WORK/redis-benchmark.err" 2>/dev/null | sort | uniq -c | sort -rn || true)
+# nutcracker refuses the CONFIG GET redis-benchmark sends at its start: its warning is no error.
+BENCH_ERR=$(grep -v -e '^WARNING: Could not fetch server CONFIG' -e '^[[:space:]]*$' "$WORK/redis-benchmark.err" 2>/dev/null | sort | uniq -c | sort -rn || true)
 if [[ -n $BENCH_ERR ]]; then
     KEEP_WORK=1
     printf '\nredis-benchmark wrote to stderr (count, line; all in %s):\n\n' "$WORK/redis-benchmark.err"

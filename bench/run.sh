@@ -170,6 +170,8 @@ REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
 REDIS_BENCHMARK=${REDIS_BENCHMARK:-redis-benchmark}
 NUTCRACKER=${NUTCRACKER:-/usr/sbin/nutcracker}
+# shellcheck source=bench/nutcracker.sh
+. "$ROOT/bench/nutcracker.sh"
 BENCH_PORTS=${BENCH_PORTS:-7200-7299}
 PORT_LO=${BENCH_PORTS%-*}
 PORT_HI=${BENCH_PORTS#*-}
@@ -395,22 +397,7 @@ if want_targets; then
         free_port NC_PORT
         free_port NC_STATS
         PORT[nutcracker]=$NC_PORT
-        # One pool, one server. preconnect: connect at start, not on the
-        # first request. server_connections 1 is the default: nutcracker
-        # multiplexes every client over that one connection.
-        cat >"$WORK/nutcracker.yml" <<EOF
-bench:
-  listen: 127.0.0.1:${PORT[nutcracker]}
-  hash: fnv1a_64
-  distribution: ketama
-  redis: true
-  preconnect: true
-  auto_eject_hosts: false
-  server_connections: 1
-  timeout: 10000
-  servers:
-   - 127.0.0.1:$REDIS_PORT:1
-EOF
+        nutcracker_yml "$WORK/nutcracker.yml" "${PORT[nutcracker]}" "$REDIS_PORT"
         "$NUTCRACKER" -t -c "$WORK/nutcracker.yml" >/dev/null 2>&1 ||
             die "nutcracker rejects $WORK/nutcracker.yml"
         start_and_wait nutcracker "${PORT[nutcracker]}" "$WORK/nutcracker.out" \

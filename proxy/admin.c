@@ -322,6 +322,19 @@ static void render_cluster(struct evbuf *b)
     cluster_each(node_sample, &m);
 }
 
+/* cluster = route: the redirects ttlguard followed for its clients. */
+static void render_route(struct evbuf *b)
+{
+    static const char *const kinds[] = { "kind=\"moved\"", "kind=\"ask\"",
+                                         "kind=\"tryagain\"" };
+    const uint64_t *n = adm.ctx->stats.route_redirects;
+    m_family(b, "ttlguard_route_redirects_total", "counter",
+             "cluster = route: -MOVED, -ASK and -TRYAGAIN replies ttlguard followed for its "
+             "clients (they never see them).");
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        m_sample(b, "ttlguard_route_redirects_total", kinds[i], n[i]);
+}
+
 /* Connections, requests, bytes and what became of them. */
 static void render_counters(struct evbuf *b)
 {
@@ -490,6 +503,8 @@ static void render_metrics(struct evbuf *b)
     render_backend(b, &lab);
     if (adm.ctx->cfg->cluster)
         render_cluster(b);
+    if (adm.ctx->cfg->cluster == CLUSTER_ROUTE)
+        render_route(b);
     m_family(b, "ttlguard_request_duration_seconds", "histogram",
              "From a request read to its reply complete, for forwarded commands: "
              "path=pass unchanged, path=rewritten by a TTL rule.");

@@ -54,6 +54,15 @@ static struct {
  * topology read (and -MOVED since); NULL where none does. */
 static struct cnode *slot_owner[CLUSTER_SLOTS];
 
+/* ...and the primaries in the order of their lowest slot (cluster_slot_order()),
+ * made again on first use after slot_owner changed. */
+static struct {
+    struct target **t;
+    unsigned *lowest;
+    int n, cap;
+    int valid;
+} slot_order;
+
 static const char *announce_host(void)
 {
     const struct config *cfg = cl.ctx->cfg;
@@ -818,6 +827,7 @@ static void learn_topology(const char *p, size_t n)
         c->of = NULL;
     }
     memset(slot_owner, 0, sizeof slot_owner);
+    slot_order.valid = 0;
     if (cl.use_slots) {
         learn_slots(t.root);
     } else {
@@ -1043,6 +1053,9 @@ void cluster_free(void)
     cl.nodes = NULL;
     free(cl.reply.p);
     cl.reply.p = NULL;
+    free(slot_order.t);
+    free(slot_order.lowest);
+    memset(&slot_order, 0, sizeof slot_order);
 }
 
 /* ---- cluster = route ------------------------------------------------------------ */
@@ -1056,6 +1069,42 @@ struct target *cluster_slot_target(int slot)
 int cluster_slots_read(void)
 {
     return cl.reads > 0;
+}
+
+/* Is t in slot_order already? A primary's slots need not be one range. */
+static int slot_order_has(const struct target *t)
+{
+    for (int i = slot_order.n - 1; i >= 0; i--)
+        if (slot_order.t[i] == t)
+            return 1;
+    return 0;
+}
+
+int cluster_slot_order(struct target *const **t, const unsigned **lowest)
+{
+    const struct cnode *last = NULL;
+    if (!slot_order.valid)
+        slot_order.n = 0;
+    for (int i = 0; !slot_order.valid && i < CLUSTER_SLOTS; i++) {
+        struct cnode *c = slot_owner[i];
+        if (c == NULL || c == last)
+            continue;
+        last = c;
+        if (slot_order_has(&c->t))
+            continue;
+        if (slot_order.n == slot_order.cap) {
+            slot_order.cap = slot_order.cap > 0 ? slot_order.cap * 2 : 8;
+            slot_order.t = xrealloc(slot_order.t, (size_t)slot_order.cap * sizeof *slot_order.t);
+            slot_order.lowest = xrealloc(slot_order.lowest,
+                                         (size_t)slot_order.cap * sizeof *slot_order.lowest);
+        }
+        slot_order.t[slot_order.n] = &c->t;
+        slot_order.lowest[slot_order.n++] = (unsigned)i;
+    }
+    slot_order.valid = 1;
+    *t = slot_order.t;
+    *lowest = slot_order.lowest;
+    return slot_order.n;
 }
 
 struct target *cluster_any_primary(unsigned hint)
@@ -1077,8 +1126,10 @@ int cluster_redirect(const char *p, size_t n, const struct target *from, struct 
         return REDIR_NONE;
     struct cnode *c = node_find(&rd.node);
     int moved = rd.word[0] == 'M';
-    if (moved && c != NULL)
+    if (moved && c != NULL) {
         slot_owner[slot] = c;       /* as cluster clients do, until the read says more */
+        slot_order.valid = 0;
+    }
     if (moved || c == NULL)
         refresh_soon();
     if (c == NULL)

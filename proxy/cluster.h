@@ -122,6 +122,11 @@ int cluster_is_replica_of(const struct target *t, const struct target *p);
 struct target *cluster_slot_target(int slot);
 /* 1 once a topology read has ended (the slot map is filled). */
 int cluster_slots_read(void);
+/* The primaries that serve slots in the order of their lowest slot: *t
+ * and *lowest (that slot) point at arrays of the returned count, valid
+ * until the slot map changes (a topology read, -MOVED). SCAN's order
+ * (route_scan.h). */
+int cluster_slot_order(struct target *const **t, const unsigned **lowest);
 /* A primary for a command without keys: the owner of slot hint % 16384. */
 struct target *cluster_any_primary(unsigned hint);
 

@@ -80,38 +80,23 @@ int identify_info(const char *reply, size_t len, struct server_id *out)
     return rc;
 }
 
-struct buf {
-    char *p;
-    size_t len, cap;
-};
-
-static void buf_add(struct buf *b, const char *p, size_t n)
-{
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
-static void buf_bulk(struct buf *b, const char *p, size_t n)
+static void buf_bulk(struct sbuf *b, const char *p, size_t n)
 {
     char hdr[32];
     int h = snprintf(hdr, sizeof hdr, "$%zu\r\n", n);
 
-    buf_add(b, hdr, (size_t)h);
-    buf_add(b, p, n);
-    buf_add(b, "\r\n", 2);
+    sbuf_add(b, hdr, (size_t)h);
+    sbuf_add(b, p, n);
+    sbuf_add(b, "\r\n", 2);
 }
 
 /* COMMAND INFO name... for names[from..to). */
-static void info_request(struct buf *b, redisReply **names, size_t from, size_t to)
+static void info_request(struct sbuf *b, redisReply **names, size_t from, size_t to)
 {
     char hdr[32];
     int h = snprintf(hdr, sizeof hdr, "*%zu\r\n", to - from + 2);
 
-    buf_add(b, hdr, (size_t)h);
+    sbuf_add(b, hdr, (size_t)h);
     buf_bulk(b, "COMMAND", 7);
     buf_bulk(b, "INFO", 4);
     for (size_t i = from; i < to; i++)
@@ -132,7 +117,7 @@ int identify_unknown(const char *reply, size_t len, const struct command_set *se
                      int max_requests, char **reqs, size_t *reqs_len)
 {
     redisReply *r = parse(reply, len);
-    struct buf b = { *reqs, *reqs_len, *reqs_len };
+    struct sbuf b = { *reqs, *reqs_len, *reqs_len };
     int nreq = 0;
 
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {

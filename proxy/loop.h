@@ -40,6 +40,7 @@ struct stats {
     uint64_t protocol_errors;
     uint64_t tls_handshake_errors;   /* TLS clients whose handshake failed or timed out */
     uint64_t rewrite_errors;         /* the proxy's own part of a rewrite refused by Redis */
+    uint64_t route_redirects[3];     /* cluster = route: -MOVED, -ASK, -TRYAGAIN followed */
 };
 
 struct loop_ctx {

@@ -74,8 +74,7 @@ struct mux {
     int failed;                     /* closing: no new requests */
     int handles;                    /* be and flusher; freed at 0 */
     struct ring fifo;               /* struct fifo_entry: whose reply comes next */
-    char *out;                      /* requests not yet written */
-    size_t outlen, outcap;
+    struct sbuf out;                /* requests not yet written */
 };
 
 static struct mux *mux_list;        /* the open shared connections, one per target (the
@@ -95,22 +94,12 @@ static void fifo_push(struct mux *m, enum fifo_kind kind, struct session *s, int
     }
 }
 
-static void out_add(struct mux *m, const char *p, size_t n)
-{
-    if (m->outlen + n > m->outcap) {
-        m->outcap = (m->outlen + n) * 2;
-        m->out = xrealloc(m->out, m->outcap);
-    }
-    memcpy(m->out + m->outlen, p, n);
-    m->outlen += n;
-}
-
 static void mux_handle_closed(struct mux *m)
 {
     if (--m->handles > 0)
         return;
     ring_free(&m->fifo);
-    free(m->out);
+    free(m->out.p);
     free(m);
 }
 
@@ -160,7 +149,7 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
 /* Bytes for Redis not yet written on the shared connection. */
 static size_t mux_backlog(const struct mux *m)
 {
-    return m->outlen + bconn_backlog(&m->be);
+    return m->out.len + bconn_backlog(&m->be);
 }
 
 int mux_paused(const struct session *s)
@@ -194,16 +183,15 @@ static void on_mux_check(uv_check_t *h)
 {
     struct mux *m = h->data;
     uv_check_stop(h);
-    if (m->be.state != BC_READY || m->failed || m->outlen == 0)
+    if (m->be.state != BC_READY || m->failed || m->out.len == 0)
         return;
-    size_t n = m->outlen;
-    m->outlen = 0;
-    if (bconn_write_bytes(&m->be, m->out, n) < 0)
+    size_t n = m->out.len;
+    m->out.len = 0;
+    if (bconn_write_bytes(&m->be, m->out.p, n) < 0)
         return;
-    if (m->outcap > 1024 * 1024) {
-        free(m->out);
-        m->out = NULL;
-        m->outcap = 0;
+    if (m->out.cap > 1024 * 1024) {
+        free(m->out.p);
+        m->out = (struct sbuf){ 0 };
     }
     mux_resume(m);
 }
@@ -211,7 +199,7 @@ static void on_mux_check(uv_check_t *h)
 static void mux_ready(struct bconn *b)
 {
     struct mux *m = b->owner;
-    if (m->outlen > 0)
+    if (m->out.len > 0)
         uv_check_start(&m->flusher, on_mux_check);
 }
 
@@ -287,11 +275,11 @@ static void mux_handshake(struct mux *m)
         char num[24];
         int n = snprintf(num, sizeof num, "%d", m->db);
         int len = snprintf(sel, sizeof sel, "*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n", n, num);
-        out_add(m, sel, (size_t)len);
+        sbuf_add(&m->out, sel, (size_t)len);
         fifo_push(m, FE_INTERNAL, NULL, 1);
     }
     if (m->resp3) {
-        out_add(m, hello3, sizeof hello3 - 1);
+        sbuf_add(&m->out, hello3, sizeof hello3 - 1);
         fifo_push(m, FE_INTERNAL, NULL, 1);
     }
 }
@@ -355,7 +343,7 @@ int mux_append(struct session *s, struct wbatch *wb)
     for (int i = 0; i < wb->n; i++) {
         const char *base = wb->arena_off[i] != (size_t)-1 ? wb->arena + wb->arena_off[i]
                                                           : wb->iov[i].base;
-        out_add(m, base, wb->iov[i].len);
+        sbuf_add(&m->out, base, wb->iov[i].len);
     }
     wbatch_reset(wb);
     fifo_push(m, FE_SESSION, s, s->mux_owed);
@@ -376,7 +364,7 @@ int mux_send_on(struct mux *m, struct session *s, const char *p, size_t n, int o
     if (m == NULL || m->failed)
         return -1;
     s->mux = m;
-    out_add(m, p, n);
+    sbuf_add(&m->out, p, n);
     while (owed-- > 0)
         *(struct fifo_entry *)ring_push(&m->fifo, sizeof(struct fifo_entry), 256) =
             (struct fifo_entry){ FE_ROUTED, unit, s };
@@ -392,7 +380,7 @@ struct mux *mux_pin_open(struct session *s, struct target *t, const char *pre, s
     struct mux *m = mux_new(s->cl, t, s->db, s->resp3);
     m->owner = s;
     if (n > 0)
-        out_add(m, pre, n);
+        sbuf_add(&m->out, pre, n);
     fifo_push(m, FE_INTERNAL, NULL, npre);
     bconn_connect(&m->be, 1);
     return m->failed ? NULL : m;    /* NULL when the connect failed at once */

@@ -1048,12 +1048,65 @@ static enum stream_form stream_rules(const struct config *cfg, const struct requ
     return form;
 }
 
+/* A large last argument: the request is its head and that argument, so its
+ * held rewrite is known now (the value standing as an empty string, as at
+ * its judgement: no rule reads a value). When that is the MULTI form with
+ * arguments only appended after the client's (SET ... KEEPTTL) and EXPIRE
+ * ... NX after it, the request streams inside that form rather than in
+ * WRAP_LUA, whose copy of the value in the script costs Redis more than the
+ * whole stream does (docs/performance.md, "Large values"). 1 when it does:
+ * sp->pre has MULTI and the new "*N" line, sp->tail the rest up to EXEC. */
+static int stream_multi_form(const struct config *cfg, const struct request *head,
+                             const struct cmd_info *ci, int total, struct stream_plan *sp)
+{
+    struct slice *argv = xmalloc(sizeof *argv * (size_t)total);
+    memcpy(argv, head->argv, sizeof *argv * (size_t)head->argc);
+    argv[total - 1] = (struct slice){ "", 0 };
+    struct request req = { .argc = total, .argv = argv, .inline_cmd = 1 };
+    unsigned flags = command_flags(ci->row);
+    int nk = command_keys(ci, total, argv, keys), nf = 0, ok = nk > 0;
+    for (int i = 0; ok && i < nk; i++) {
+        const struct rule *r = rules_match(&cfg->rules, argv[keys[i].argi].p,
+                                           argv[keys[i].argi].len);
+        if (r->kind == RULE_DURABLE || r->action == ACTION_ALLOW)
+            continue;
+        int n = key_findings(&req, flags, &keys[i], r, &found[nf]);
+        for (int j = nf; j < nf + n; j++) {
+            found[j].action = finding_action(r, found[j].effect);
+            ok &= found[j].action == EACT_REWRITTEN;
+        }
+        nf += n;
+    }
+    int argc, np;
+    if (ok)
+        new_args(&req, ci->id, nf, &argc, &np);
+    for (int i = 0; ok && i < np; i++)
+        ok = found[i].effect == EFF_CREATES_WITHOUT_TTL;
+    for (int i = 0; ok && i < total; i++)       /* the client's arguments, unchanged */
+        ok = nargv[i].p == argv[i].p && nargv[i].len == argv[i].len;
+    if (ok && np > 0) {
+        sb_str(&sp->pre, "*1\r\n$5\r\nMULTI\r\n");
+        sb_header(&sp->pre, '*', (uint64_t)argc);
+        sb_args(&sp->tail, argc - total, nargv + total);
+        for (int i = 0; i < np; i++) {
+            sb_str(&sp->tail, "*4\r\n$6\r\nEXPIRE\r\n");
+            sb_bulk(&sp->tail, argv[found[i].argi].p, argv[found[i].argi].len);
+            sb_bulk_u64(&sp->tail, found[i].rule->ttl);
+            sb_str(&sp->tail, "$2\r\nNX\r\n");
+        }
+        sp->queued = 1 + np;
+    }
+    free(argv);
+    return ok && np > 0;
+}
+
 enum stream_form policy_stream_form(const struct config *cfg, const struct request *req,
-                                    const struct policy_ctx *ctx, struct sbuf *pre)
+                                    const struct policy_ctx *ctx, struct stream_plan *sp)
 {
     const struct cmd_info *ci = ctx->cmd;
     long long total = req->head->total;
-    pre->len = 0;
+    sp->pre.len = sp->tail.len = 0;
+    sp->queued = 1;
     if (policy_inactive(cfg))
         return SF_FREE;
     if (ci == NULL || (ci->feat & FT_NEWER) || total >= MAX_WRAP_ARGS)
@@ -1069,9 +1122,16 @@ enum stream_form policy_stream_form(const struct config *cfg, const struct reque
         return SF_HOLD;
     if (form == SF_PLAIN)
         return SF_PLAIN;
+    if (np > 0 && total == req->argc + 1) {
+        if (stream_multi_form(cfg, req, ci, (int)total, sp))
+            return SF_MULTI;
+        nk = command_keys_before(ci, (int)total, req->argc, req->argv, keys);
+        stream_rules(cfg, req, nk, &np);        /* keys[] and found[] are the head's again */
+    }
     /* Every protected key as one WRAP_LUA may overwrite ('o'): its expiry
      * before the command is put back if the command dropped it, the rule's
      * TTL given if it had none, whatever options follow the value. */
+    struct sbuf *pre = &sp->pre;
     sb_str(pre, "*1\r\n$5\r\nMULTI\r\n");
     if (np == 0) {
         sb_header(pre, '*', (uint64_t)total);

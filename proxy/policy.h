@@ -70,14 +70,23 @@ enum stream_form {
     SF_FREE,        /* no rule can judge it: it streams as sent */
     SF_PLAIN,       /* it streams as sent: the rules it falls under only record (log,
                        durable); policy_check() of the whole request records what it did */
-    SF_MULTI,       /* it streams inside the proxy's MULTI, *pre replacing its "*N" line
-                       (MULTI, then the command inside WRAP_LUA where a rewrite rule gives
-                       a key its TTL); policy_check() of the whole request decides: EXEC,
-                       or DISCARD and the rule's error */
+    SF_MULTI,       /* it streams inside the proxy's MULTI, sp->pre replacing its "*N"
+                       line: where a rewrite rule gives a key its TTL, the held rewrite's
+                       MULTI form when its large argument is its last (SET k v: SET k v
+                       KEEPTTL; EXPIRE k ttl NX), else the command inside WRAP_LUA;
+                       policy_check() of the whole request decides: EXEC, or DISCARD and
+                       the rule's error */
     SF_HOLD,        /* it is held until whole and handled as any request */
 };
+/* What goes around a request streaming inside the proxy's MULTI. */
+struct stream_plan {
+    struct sbuf pre;        /* MULTI, and the request's new "*N" line (WRAP_LUA's head) */
+    struct sbuf tail;       /* after the client's arguments, before EXEC or DISCARD: the
+                               arguments appended (SET ... KEEPTTL), EXPIRE key ttl NX */
+    int queued;             /* commands inside the MULTI: +QUEUED replies owed */
+};
 enum stream_form policy_stream_form(const struct config *cfg, const struct request *req,
-                                    const struct policy_ctx *ctx, struct sbuf *pre);
+                                    const struct policy_ctx *ctx, struct stream_plan *sp);
 
 /* The server refused a request whose rewrite had a guard record, with error
  * err (its first errlen bytes): record the rejection. 1 when it was the

@@ -32,10 +32,13 @@
  * client gets what the cluster said (reply.c hides a node address in it).
  *
  * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
- * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL...
- * to every primary) is one pending entry to the session and one unit per
- * part here, each sent and redirected on its own; the session gets their
- * merged reply once the last part's is in.
+ * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL,
+ * RANDOMKEY... to every primary) is one pending entry to the session and
+ * one unit per part here, each sent and redirected on its own; the session
+ * gets their merged reply once the last part's is in. SCAN goes the same
+ * way as one part: its cursor names a primary and that node's own cursor
+ * (route_scan.h), so each call asks one primary and the client's scan
+ * walks them one after the other.
  *
  * What one connection that others share cannot carry goes over a pin, a
  * connection of the session's own to one node (route_pin.c), as a cluster
@@ -64,6 +67,7 @@
 #include "route.h"
 #include "route_merge.h"
 #include "route_pin.h"
+#include "route_scan.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -111,6 +115,7 @@ struct unit {
     int nkeys;                  /* ...the client's key count (MERGE_ORDERED) */
     int *pos;                   /* the client's key index of each key of this part */
     int npos;
+    struct scan_step scan;      /* on its first part, MERGE_SCAN: the node it scans */
 };
 
 struct route_state {
@@ -123,6 +128,9 @@ struct route_state {
     unsigned char merge;        /* ...enum merge when it goes as several requests */
     unsigned char pinned;       /* ...enum pinned */
     int width;                  /* ...arguments per key (split by slot) */
+    struct scan_step scan;      /* ...SCAN: the primary its cursor points at */
+    struct target *scan_to;     /* ...that primary */
+    uint64_t scan_node;         /* ...and the node cursor it gets */
     unsigned hint;              /* requests without keys go to this slot's owner */
     int starting;               /* its client is not read until commands and slots are known */
     size_t parked;              /* bytes kept in units: at most max_buffer */
@@ -273,8 +281,8 @@ static int is_name(const struct request *req, const char *name)
 static int whole_keyspace(const struct request *req)
 {
     static const char *const names[] = {
-        "dbsize", "keys", "scan", "randomkey", "flushall", "flushdb", "script", "function",
-        "wait", "waitaof", "swapdb",
+        "dbsize", "keys", "flushall", "flushdb", "script", "function", "wait", "waitaof",
+        "swapdb",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (is_name(req, names[i]))
@@ -398,6 +406,25 @@ static void set_target(struct session *s, struct target *t)
     s->be.t = t;
 }
 
+/* SCAN: the primary its cursor points at and the node cursor that one
+ * gets (route_scan.h), or what route.c answers itself. */
+static const char *scan_plan(struct route_state *r, const struct request *req)
+{
+    struct scan_cursor c;
+    struct target *const *t;
+    const unsigned *lowest;
+    if (scan_cursor_parse(req->argv[1], &c) != 0)
+        return "-ERR invalid cursor\r\n";
+    int n = cluster_slot_order(&t, &lowest), i = scan_pick(lowest, n, c.pos);
+    if (i < 0)                          /* after the last primary: the scan is over */
+        return "*2\r\n$1\r\n0\r\n*0\r\n";
+    r->scan = (struct scan_step){ lowest[i], scan_check(t[i]->name),
+                                  i + 1 < n ? lowest[i] + 1 : 0 };
+    r->scan_to = t[i];
+    r->scan_node = scan_resume(&c, &r->scan);
+    return NULL;
+}
+
 /* What route.c answers itself once the request's slot is known, or NULL. */
 static const char *slot_refusal(struct session *s, const struct request *req)
 {
@@ -405,6 +432,8 @@ static const char *slot_refusal(struct session *s, const struct request *req)
     r->merge = (unsigned char)several(s, req);
     if (r->merge == MERGE_FAIL)
         return "-CLUSTERDOWN The cluster is down\r\n";
+    if (r->merge == MERGE_SCAN)
+        return scan_plan(r, req);
     if (r->merge != MERGE_NONE)
         return NULL;
     if (r->slot == SLOT_NONE)
@@ -686,19 +715,55 @@ static struct unit *unit_new(struct route_state *r, int slot, int total, struct 
     return u;
 }
 
+/* RANDOMKEY's order of primaries: not the same for every call. */
+static uint32_t route_random(void)
+{
+    static uint32_t x;
+    if (x == 0)
+        x = (uint32_t)loop_now_ns | 1;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return x;
+}
+
 /* One part per primary, each the request as it is (route_pick() saw one
- * at least, in this same callback). */
-static struct merge_part *fanout_parts(const struct request *req, struct target **prim, int *n)
+ * at least, in this same callback); shuffle: the primaries in random order. */
+static struct merge_part *fanout_parts(const struct request *req, struct target **prim, int *n,
+                                       int shuffle)
 {
     const char *down;
     *n = cluster_primaries(prim, MAX_PRIMARIES, &down);
     ASSERT(*n > 0);
+    for (int i = *n - 1; shuffle && i > 0; i--) {
+        int j = (int)(route_random() % (uint32_t)(i + 1));
+        struct target *t = prim[i];
+        prim[i] = prim[j];
+        prim[j] = t;
+    }
     struct merge_part *parts = xcalloc((size_t)(*n > 0 ? *n : 1), sizeof *parts);
     for (int i = 0; i < *n; i++) {
         parts[i].slot = SLOT_NONE;
         sbuf_add(&parts[i].req, req->raw.p, req->raw.len);
     }
     return parts;
+}
+
+/* The parts of a request that goes as several: one per slot, one per
+ * primary, or SCAN's one step. prim[i]: part i's node when it has no slot. */
+static struct merge_part *make_parts(struct route_state *r, const struct request *req,
+                                     struct target **prim, int *n)
+{
+    if (r->slot == SLOT_CROSS)
+        return merge_split(req->argc, req->argv, r->width, key_slot, n);
+    if (r->merge != MERGE_SCAN)
+        return fanout_parts(req, prim, n, r->merge == MERGE_FIRST);
+    struct merge_part *part = xcalloc(1, sizeof *part);
+    part->slot = SLOT_NONE;
+    scan_request(&part->req, req->argc, req->argv, r->scan_node);
+    prim[0] = r->scan_to;
+    *n = 1;
+    return part;
 }
 
 /* The request goes as several: one unit per part, each to its node (a
@@ -708,8 +773,7 @@ static void commit_parts(struct session *s, const struct request *req)
     struct route_state *r = s->route;
     struct target *prim[MAX_PRIMARIES];
     int n;
-    struct merge_part *parts = r->slot == SLOT_CROSS ?
-        merge_split(req->argc, req->argv, r->width, key_slot, &n) : fanout_parts(req, prim, &n);
+    struct merge_part *parts = make_parts(r, req, prim, &n);
     for (int i = 0; i < n && !s->closing; i++) {
         struct unit *u = unit_new(r, parts[i].slot, 1, &parts[i].req);
         u->holds = 1;
@@ -720,6 +784,7 @@ static void commit_parts(struct session *s, const struct request *req)
             u->merge = r->merge;
             u->parts = n;
             u->nkeys = (req->argc - 1) / (r->width > 0 ? r->width : 1);
+            u->scan = r->scan;
         }
         struct target *t = u->slot >= 0 ? cluster_slot_target(u->slot) : prim[i];
         if (t != NULL)
@@ -807,6 +872,7 @@ static void unit_redirected(struct session *s, struct unit *u)
         return;
     }
     u->hops++;
+    s->ctx->stats.route_redirects[u->redirect - REDIR_MOVED]++;
     unit_clear_park(s->route, u);
     if (u->to != NULL && u->redirect != REDIR_TRYAGAIN) {
         unit_send(s, u, u->to, u->redirect == REDIR_ASK);
@@ -846,7 +912,8 @@ static int deliver_merged(struct session *s)
         mr[i] = (struct merge_reply){ rc.p, rc.n, u->pos, u->npos };
     }
     size_t len;
-    char *out = merge_replies(how, mr, n, nkeys, &len);
+    char *out = how == MERGE_SCAN ? scan_reply(&first->scan, mr[0].p, mr[0].n, &len)
+                                  : merge_replies(how, mr, n, nkeys, &len);
     free(mr);
     session_reply(s, out, len, 1, out[0], 1);
     session_flush_client();             /* the client batch points into out */

@@ -32,13 +32,17 @@ enum merge merge_fanout_kind(int argc, const struct slice *argv)
     if ((slice_eq_nocase(argv[0], "flushall") || slice_eq_nocase(argv[0], "flushdb")) &&
         argc <= 2)
         return MERGE_SAME;
+    if (argc == 1 && slice_eq_nocase(argv[0], "randomkey"))
+        return MERGE_FIRST;
+    if (argc >= 2 && slice_eq_nocase(argv[0], "scan"))
+        return MERGE_SCAN;
     if (argc >= 2 && slice_eq_nocase(argv[0], "script") &&
         (slice_eq_nocase(argv[1], "load") || slice_eq_nocase(argv[1], "flush")))
         return MERGE_SAME;
     return MERGE_NONE;
 }
 
-static void add_bulk(struct sbuf *b, struct slice s)
+void merge_add_bulk(struct sbuf *b, struct slice s)
 {
     char hdr[32];
     int n = snprintf(hdr, sizeof hdr, "$%zu\r\n", s.len);
@@ -72,10 +76,10 @@ struct merge_part *merge_split(int argc, const struct slice *argv, int width,
         char hdr[32];
         int len = snprintf(hdr, sizeof hdr, "*%d\r\n", 1 + parts[i].npos * width);
         sbuf_add(&parts[i].req, hdr, (size_t)len);
-        add_bulk(&parts[i].req, argv[0]);
+        merge_add_bulk(&parts[i].req, argv[0]);
         for (int j = 0; j < parts[i].npos; j++)
             for (int w = 0; w < width; w++)
-                add_bulk(&parts[i].req, argv[1 + parts[i].pos[j] * width + w]);
+                merge_add_bulk(&parts[i].req, argv[1 + parts[i].pos[j] * width + w]);
     }
     *nparts = n;
     return parts;
@@ -160,9 +164,34 @@ static char *merge_arrays(enum merge how, const struct merge_reply *r, int n, in
     return out.p;
 }
 
+/* A nil reply: RESP2's null bulk, RESP3's null. */
+static int is_nil(const struct merge_reply *r)
+{
+    return (r->n == 5 && memcmp(r->p, "$-1\r\n", 5) == 0) ||
+           (r->n == 3 && memcmp(r->p, "_\r\n", 3) == 0);
+}
+
+/* MERGE_FIRST: the first error, as every merge; else the first reply that
+ * is not nil; else nil. */
+static char *merge_first(const struct merge_reply *r, int n, size_t *len)
+{
+    int pick = -1;
+    for (int i = 0; i < n && pick < 0; i++)
+        if (r[i].n > 0 && r[i].p[0] == '-')
+            pick = i;
+    for (int i = 0; i < n && pick < 0; i++)
+        if (!is_nil(&r[i]))
+            pick = i;
+    pick = pick < 0 ? 0 : pick;
+    *len = r[pick].n;
+    return xmemdup(r[pick].p, r[pick].n);
+}
+
 char *merge_replies(enum merge how, const struct merge_reply *r, int n, int nkeys,
                     size_t *len)
 {
+    if (how == MERGE_FIRST)
+        return merge_first(r, n, len);
     for (int i = 0; i < n; i++) {
         int expected = how == MERGE_SUM ? ':' : how == MERGE_SAME ? r[0].p[0] : '*';
         if (r[i].n == 0 || r[i].p[0] != expected ||

@@ -2,7 +2,8 @@
  * route_merge: one client request that cluster = route sends as several
  * (route.c): a multi-key command whose keys lie in several slots, split into
  * one request per slot, or a command that must cover every primary, sent to
- * each; and the one reply the client gets from their replies.
+ * each (SCAN: to one after the other, route_scan.h); and the one reply the
+ * client gets from their replies.
  *
  *   MGET a b c   ─▶ part 1: MGET a c  (slot 7)  ─▶ *2 va vc ─┐ merge_replies:
  *                   part 2: MGET b    (slot 9)  ─▶ *1 vb    ─┴▶ *3 va vb vc
@@ -23,13 +24,17 @@ enum merge {
     MERGE_SAME,         /* the first reply (+OK of MSET, FLUSHALL; SCRIPT LOAD's sha) */
     MERGE_ORDERED,      /* array elements put back in the client's key order (MGET) */
     MERGE_CONCAT,       /* arrays one after the other (KEYS) */
+    MERGE_FIRST,        /* the first reply that is not nil (RANDOMKEY: parts in random
+                           order) */
+    MERGE_SCAN,         /* one primary's page, its cursor rewritten (route_scan.h) */
 };
 
 /* A command route.c splits by slot when its keys lie in several: its merge
  * (MERGE_NONE: it gets -CROSSSLOT). *width: arguments per key (MSET: 2). */
 enum merge merge_split_kind(const struct slice *name, int *width);
 
-/* A command without keys that covers every primary, or MERGE_NONE. */
+/* A command without keys that covers every primary, or MERGE_NONE (SCAN:
+ * one primary after the other, a request at a time). */
 enum merge merge_fanout_kind(int argc, const struct slice *argv);
 
 /* One part of a split request. */
@@ -47,6 +52,9 @@ struct merge_part *merge_split(int argc, const struct slice *argv, int width,
                                int (*slot_of)(struct slice key), int *nparts);
 void merge_parts_free(struct merge_part *parts, int n);
 
+/* s as a RESP bulk string at the end of b. */
+void merge_add_bulk(struct sbuf *b, struct slice s);
+
 /* One whole reply of each part, in part order. */
 struct merge_reply {
     const char *p;
@@ -56,7 +64,8 @@ struct merge_reply {
 };
 
 /* The client's reply (malloc'ed, *len bytes): the first error among the
- * parts' replies, else their merge. nkeys: MERGE_ORDERED's element count. */
+ * parts' replies, else their merge. nkeys: MERGE_ORDERED's element count.
+ * Not MERGE_SCAN's (scan_reply()). */
 char *merge_replies(enum merge how, const struct merge_reply *r, int n, int nkeys,
                     size_t *len);
 

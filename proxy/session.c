@@ -1126,6 +1126,8 @@ struct stream_judged {
     struct slice *argv;
     char *bytes;                /* argv[0..big)'s bytes */
     uint64_t t0;                /* loop_now_ns when its head was read */
+    struct sbuf tail;           /* SF_MULTI: sent after it (struct stream_plan) */
+    int queued;                 /* ...and the commands in the proxy's MULTI */
 };
 
 static void judged_free(struct session *s)
@@ -1134,16 +1136,20 @@ static void judged_free(struct session *s)
         return;
     free(s->judged->argv);
     free(s->judged->bytes);
+    free(s->judged->tail.p);
     free(s->judged);
     s->judged = NULL;
 }
 
 /* Keep what the judgement of the whole request will need from its head. */
-static void judged_keep(struct session *s, const struct request *req, enum stream_form form)
+static void judged_keep(struct session *s, const struct request *req, enum stream_form form,
+                        const struct stream_plan *sp)
 {
     struct stream_judged *j = xcalloc(1, sizeof *j);
     size_t n = 0;
     j->form = form;
+    sbuf_add(&j->tail, sp->tail.p, sp->tail.len);
+    j->queued = sp->queued;
     j->total = (int)req->head->total;
     j->big = req->argc;
     j->argv = xmalloc(sizeof *j->argv * (size_t)j->total);
@@ -1160,15 +1166,24 @@ static void judged_keep(struct session *s, const struct request *req, enum strea
     s->judged = j;
 }
 
-/* The end of the proxy's MULTI around a streamed request: EXEC, and the
- * client gets the command's reply; or DISCARD, and the rule's error. */
+/* The end of the proxy's MULTI around a streamed request (after the tail
+ * of its plan): EXEC, and the client gets the command's reply; or DISCARD,
+ * and the rule's error. */
 static void judged_close_multi(struct session *s, enum verdict v, const struct rewrite *rw)
 {
     static const char exec[] = "*1\r\n$4\r\nEXEC\r\n";
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+    struct stream_judged *j = s->judged;
+    tob_add(s, j->tail.p, j->tail.len, 1);
     struct pending *e = q_push(s);
     e->kind = PK_INTERNAL;              /* +QUEUED, or the command's refusal */
     e->what = PW_QUEUED;
+    if (j->queued > 1) {
+        e = q_push(s);
+        e->kind = PK_INTERNAL;          /* +QUEUED per EXPIRE */
+        e->rewritten = 1;
+        e->remaining = j->queued - 1;
+    }
     e = q_push(s);
     e->kind = PK_INTERNAL;
     if (v == V_REJECT) {
@@ -1183,9 +1198,9 @@ static void judged_close_multi(struct session *s, enum verdict v, const struct r
         tob_add(s, exec, sizeof exec - 1, 1);
         e->what = PW_EXEC_FIRST;
         e->rewritten = 1;
-        e->t0 = s->judged->t0;
+        e->t0 = j->t0;
     }
-    owe(s, 2);
+    owe(s, j->queued + 1);
 }
 
 /* A request that streamed under a rule is whole: judged as any request,
@@ -1252,8 +1267,8 @@ static enum handled stream_head(struct session *s, const struct request *req)
         .cmd = ci, .resp3 = s->resp3,
         .can_multi = !s->in_multi && !s->watching && !s->reply_off && !s->reply_skip,
     };
-    static struct sbuf pre;
-    enum stream_form form = policy_stream_form(s->ctx->cfg, req, &ctx, &pre);
+    static struct stream_plan sp;
+    enum stream_form form = policy_stream_form(s->ctx->cfg, req, &ctx, &sp);
     if (form == SF_HOLD)
         return HR_HOLD;
     if (s->mode == SM_SHARED) {
@@ -1268,9 +1283,9 @@ static enum handled stream_head(struct session *s, const struct request *req)
     s->be.t->requests++;
     struct req_plan pl = { .ci = ci, .id = ci->id };
     plan_replies(s, req, &pl);
-    send_stream_head(s, req, form, &pre);
+    send_stream_head(s, req, form, &sp.pre);
     if (form != SF_FREE)
-        judged_keep(s, req, form);
+        judged_keep(s, req, form, &sp);
     if (form == SF_MULTI)
         return HR_STREAM;           /* its replies are owed once it is whole */
     /* What expect_replies() does for a command only forwarded (kept out of

@@ -20,14 +20,21 @@ What is checked against the real nodes, not only through the proxy:
   - MULTI/EXEC, WATCH and blocking commands run on a connection of the
     client's own to the node of their keys' slot: the replies are that
     node's (compared with a direct connection), a queued command of another
-    slot gets -CROSSSLOT and EXEC -EXECABORT, a blocked client holds up
+    node gets -CROSSSLOT and EXEC -EXECABORT, a blocked client holds up
     nobody else and leaves no blocked client behind when it goes;
+  - SCAN through the proxy returns exactly the keys SCAN on each primary
+    returns (MATCH, COUNT, TYPE), every key present throughout a scan while
+    keys are added, Redis's own error for a cursor it cannot read;
+    redis-cli --scan without -c; RANDOMKEY nil only for an empty cluster;
+  - /metrics counts the redirects followed, by kind;
   - the config refuses what makes no sense with cluster = route (file:line).
 """
 
+import re
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -62,7 +69,10 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def proxy(cluster, tmp_path_factory):
     harness.need_binary()
-    p = RoutedProxy(tmp_path_factory.mktemp("route-proxy"), cluster)
+    admin = harness.free_port()
+    p = RoutedProxy(tmp_path_factory.mktemp("route-proxy"), cluster,
+                    conf={"admin": "127.0.0.1:%d" % admin})
+    p.admin_port = admin
     p.start()
     yield p
     rc = p.stop()
@@ -199,11 +209,12 @@ def test_standalone_answers_and_refusals(proxy):
         (("SUNIONSTORE", a, b), CROSSSLOT),
         (("RENAME", a, b), CROSSSLOT),
         (("EVAL", "return 1", "2", a, b), CROSSSLOT),
-        (("WAIT", "0", "0"), b"ERR ttlguard cluster = route does not support WAIT yet"),
         (("SUBSCRIBE", "ch"), b"ERR ttlguard cluster = route does not support SUBSCRIBE yet"),
         (("CLIENT", "LIST"), b"ERR ttlguard cluster = route does not support CLIENT yet"),
-        (("SCAN", "0"), b"ERR ttlguard cluster = route does not support SCAN yet"),
-        (("RANDOMKEY",), b"ERR ttlguard cluster = route does not support RANDOMKEY yet"),
+        (("WAIT", "0", "0"), b"ERR ttlguard cluster = route does not support WAIT yet"),
+        (("SCRIPT", "EXISTS", "ab"), b"ERR ttlguard cluster = route does not support SCRIPT "
+                                     b"yet (it must cover every primary)"),
+        (("FUNCTION", "LIST"), b"ERR ttlguard cluster = route does not support FUNCTION yet"),
     ]
     with Conn(proxy.port) as c:
         assert c.cmd("SELECT", "0") == b"OK"
@@ -315,6 +326,141 @@ def test_whole_keyspace_commands_cover_every_primary(cluster, proxy):
         sha = c.cmd("SCRIPT", "LOAD", "return KEYS[1]")
         assert all(c.cmd("EVALSHA", sha, "1", k) == k.encode() for k in keys)
         assert c.cmd("FLUSHDB") == b"OK" and c.cmd("DBSIZE") == 0
+
+
+def scan_all(port, *opts, between=None):
+    """Every key of a SCAN loop from cursor 0 on port (a list: duplicates
+    kept) and the cursors it went through; between(i) runs after call i."""
+    keys, cursors, cursor = [], [], b"0"
+    with Conn(port) as c:
+        for i in range(100000):
+            got = c.cmd("SCAN", cursor, *opts)
+            assert not isinstance(got, RespError), (cursor, got)
+            cursor, page = got
+            keys += page
+            cursors.append(cursor)
+            if cursor == b"0":
+                return keys, cursors
+            if between is not None:
+                between(i)
+    raise AssertionError("SCAN did not end: %r" % cursors[-5:])
+
+
+def scan_primaries(cluster, *opts):
+    """The union of a full SCAN on each primary, straight to it."""
+    out = set()
+    for n in cluster.primaries():
+        out |= set(scan_all(n["port"], *opts)[0])
+    return out
+
+
+def test_scan_walks_every_primary(cluster, proxy):
+    """SCAN through the proxy over keys of every primary returns exactly the
+    keys SCAN on each primary returns, with MATCH, COUNT and TYPE; its
+    cursors are 64-bit decimals that end at 0; redis-py's scan_iter agrees."""
+    import redis
+    with Conn(proxy.port) as c:
+        assert c.cmd("FLUSHALL") == b"OK"
+        strings = ["sc:%d" % i for i in range(400)]
+        assert c.cmd("MSET", *[x for k in strings for x in (k, "v")]) == b"OK"
+        hashes = ["sc:h%d" % i for i in range(60)]
+        for k in hashes:
+            assert c.cmd("HSET", k, "f", "v") == 1
+    every = {k.encode() for k in strings + hashes}
+    assert len({owner_port(cluster, k) for k in strings}) == 3
+    for opts in [(), ("COUNT", "7"), ("COUNT", "1000"), ("MATCH", "sc:1*"),
+                 ("MATCH", "sc:h*", "COUNT", "3"), ("TYPE", "hash"),
+                 ("TYPE", "string", "COUNT", "50")]:
+        keys, cursors = scan_all(proxy.port, *opts)
+        direct = scan_primaries(cluster, *opts)
+        assert set(keys) == direct, (opts, len(keys), len(direct))
+        assert all(0 <= int(x) < 1 << 64 for x in cursors), cursors
+    assert scan_primaries(cluster) == every
+    assert set(scan_all(proxy.port, "TYPE", "hash")[0]) == {k.encode() for k in hashes}
+    r = redis.Redis(port=proxy.port)
+    assert set(r.scan_iter(match="sc:2*", count=5)) == {k for k in every if k.startswith(b"sc:2")}
+    with Conn(proxy.port) as c:             # inline, as typed in telnet
+        cursor, got = b"0", set()
+        for _ in range(1000):
+            c.send(b"SCAN " + cursor + b" COUNT 100\r\n")
+            cursor, page = c.reply()
+            got |= set(page)
+            if cursor == b"0":
+                break
+        assert got == every
+
+
+def test_scan_while_keys_are_added(cluster, proxy):
+    """Keys added on every primary between the calls of a scan: every key
+    present for the whole scan is returned, and nothing that never was."""
+    with Conn(proxy.port) as c:
+        assert c.cmd("FLUSHALL") == b"OK"
+        base = ["sa:%d" % i for i in range(300)]
+        assert c.cmd("MSET", *[x for k in base for x in (k, "v")]) == b"OK"
+    added = []
+
+    def add(i):
+        ks = ["sa:new:%d:%d" % (i, j) for j in range(8)]
+        with Conn(proxy.port) as w:
+            assert w.cmd("MSET", *[x for k in ks for x in (k, "n")]) == b"OK"
+        added.extend(ks)
+
+    keys, cursors = scan_all(proxy.port, "COUNT", "10", between=add)
+    got = set(keys)
+    assert {k.encode() for k in base} <= got, sorted({k.encode() for k in base} - got)[:5]
+    assert got <= {k.encode() for k in base + added}
+    assert len(cursors) > 20 and added
+
+
+def test_scan_cursor_errors_as_redis_gives_them(cluster, proxy):
+    """A cursor Redis cannot read gets Redis's own error, checked against a
+    node; SCAN's other errors are the node's; a cursor past the last
+    primary ends the scan (empty page, cursor 0)."""
+    node = cluster.primaries()[0]["port"]
+    with Conn(proxy.port) as c, Conn(node) as d:
+        for args in [("abc",), ("12x",), ("18446744073709551616",), ("1.5",),
+                     ("0", "COUNT", "0"), ("0", "COUNT", "x"), ("0", "MATCH"), ("0", "BOGUS", "1")]:
+            got, want = c.cmd("SCAN", *args), d.cmd("SCAN", *args)
+            assert isinstance(want, RespError), (args, want)
+            assert got == want, (args, got, want)
+        assert c.cmd("SCAN", "abc") == b"ERR invalid cursor"
+        got = c.cmd("SCAN")
+        assert isinstance(got, RespError) and got == d.cmd("SCAN"), got
+        assert c.cmd("SCAN", "16383") == [b"0", []]
+        assert c.cmd("PING") == b"PONG"
+
+
+def test_redis_cli_scan_without_c(cluster, proxy):
+    """redis-cli --scan (no -c) through the proxy lists every key of every
+    primary, with --pattern too (redis-cli 7.0 has no --count)."""
+    with Conn(proxy.port) as c:
+        assert c.cmd("FLUSHALL") == b"OK"
+        keys = ["rc:%d" % i for i in range(250)] + ["other:%d" % i for i in range(50)]
+        assert c.cmd("MSET", *[x for k in keys for x in (k, "v")]) == b"OK"
+    out = cli(proxy.port, "--scan").splitlines()
+    assert sorted(set(out)) == sorted(keys)
+    out = cli(proxy.port, "--scan", "--pattern", "rc:*").splitlines()
+    assert sorted(set(out)) == sorted(k for k in keys if k.startswith("rc:"))
+
+
+def test_randomkey(cluster, proxy):
+    """RANDOMKEY: nil for an empty cluster only; the one key of a cluster
+    whose only key lives on one primary, whichever primary that is; a key of
+    the cluster otherwise."""
+    with Conn(proxy.port) as c:
+        assert c.cmd("FLUSHALL") == b"OK"
+        assert c.cmd("RANDOMKEY") is None
+        for port, (k,) in keys_on_each_primary(cluster, "rk:").items():
+            assert c.cmd("SET", k, "v") == b"OK" and cluster.cmd(port, "DBSIZE") == 1
+            assert all(c.cmd("RANDOMKEY") == k.encode() for _ in range(12)), k
+            assert c.cmd("DEL", k) == 1
+        keys = {("rk:%d" % i).encode() for i in range(30)}
+        assert c.cmd("MSET", *[x for k in keys for x in (k, b"v")]) == b"OK"
+        seen = {c.cmd("RANDOMKEY") for _ in range(60)}
+        assert seen <= keys and len({owner_port(cluster, k) for k in seen}) > 1, seen
+    with Conn(proxy.port) as c:             # RESP3: its null
+        assert dict(c.cmd("HELLO", "3"))[b"proto"] == 3
+        assert c.cmd("FLUSHALL") == b"OK" and c.cmd("RANDOMKEY") is None
 
 
 def test_rules_rewrite_on_every_primary(cluster, proxy):
@@ -703,6 +849,15 @@ def test_redis_benchmark_without_cluster(cluster, proxy):
     assert all(s > 1000 for s in sizes), sizes
 
 
+def redirects_followed(proxy):
+    """ttlguard_route_redirects_total by kind, from /metrics."""
+    url = "http://127.0.0.1:%d/metrics" % proxy.admin_port
+    with urllib.request.urlopen(url, timeout=slow(5)) as r:
+        text = r.read().decode()
+    pat = r'^ttlguard_route_redirects_total\{kind="(\w+)"\} (\d+)$'
+    return {m.group(1): int(m.group(2)) for m in re.finditer(pat, text, re.M)}
+
+
 def _migrate_slot(cluster, slot, src, dst, keys):
     for k in keys:
         assert cluster.cmd(src["port"], "MIGRATE", "127.0.0.1", dst["port"], k, 0, 5000) in \
@@ -720,7 +875,9 @@ def test_ask_tryagain_and_moved_of_a_slot_migrated_by_hand(cluster, proxy):
     key is written on the target (-ASK followed with ASKING: found there
     directly); MGET of one key on each side (-TRYAGAIN) succeeds once the
     migration goes on; after SETSLOT NODE, -MOVED is followed. No reply is a
-    redirect."""
+    redirect; /metrics counts the -ASK and -TRYAGAIN followed."""
+    before = redirects_followed(proxy)
+    assert set(before) == {"moved", "ask", "tryagain"}, before
     src, dst = cluster.primaries()[0], cluster.primaries()[1]
     base = cluster.key_for_slot_owner(src, prefix="mig:")
     slot = key_slot(base)
@@ -750,6 +907,10 @@ def test_ask_tryagain_and_moved_of_a_slot_migrated_by_hand(cluster, proxy):
             got = c.replies(4)
             assert got == [b"o", b"OK", b"n", b"PONG"], got
             assert cluster.cmd(dst["port"], "GET", old) == b"o2"
+            after = redirects_followed(proxy)
+            assert after["ask"] > before["ask"] and after["tryagain"] > before["tryagain"], \
+                (before, after)
+            assert after["moved"] >= before["moved"], (before, after)
         finally:
             for n in (src, dst):
                 cluster.cmd(n["port"], "CLUSTER", "SETSLOT", slot, "STABLE")
@@ -830,3 +991,42 @@ def test_reshard_under_traffic_costs_no_errors(cluster, proxy):
     assert any(key_slot(k) in set(moved) for k in keys)
     for k in keys:
         assert cluster.cmd(owner_port(cluster, k), "EXISTS", k) == 1, k
+
+
+def test_scan_across_a_failover(cluster, proxy):
+    """CLUSTER FAILOVER of the second primary (by lowest slot) while a scan
+    through the proxy is in the middle of it: the promoted replica holds the
+    same position, its scan starts over there (keys of that shard come
+    twice), every key present throughout is returned, and the scan ends.
+    Last in the module: the roles stay swapped."""
+    with Conn(proxy.port) as c:
+        assert c.cmd("FLUSHALL") == b"OK"
+        keys = {("fs:%d" % i).encode() for i in range(600)}
+        assert c.cmd("MSET", *[x for k in keys for x in (k, b"v")]) == b"OK"
+    old = cluster.primaries()[1]
+    new = cluster.replicas_of(old["id"])[0]
+    wait_for(lambda: cluster.cmd(new["port"], "DBSIZE") == cluster.cmd(old["port"], "DBSIZE"),
+             10, "the replica in sync")
+    pos = min(old["slots"])[0]
+    got, cursor, failed_over = [], b"0", False
+    with Conn(proxy.port) as c:
+        for _ in range(10000):
+            cursor, page = c.cmd("SCAN", cursor, "COUNT", "20")
+            got += page
+            if cursor == b"0":
+                break
+            if not failed_over and int(cursor) & 0x3fff == pos and int(cursor) >> 20:
+                assert cluster.cmd(new["port"], "CLUSTER", "FAILOVER") == b"OK"
+                wait_for(lambda: "master" in cluster.node_by_id(new["id"], new["port"])["flags"],
+                         15, "the replica promoted")
+                cluster.wait_stable()
+                # A key of that shard through the proxy: -MOVED from the old primary,
+                # and a topology read soon after.
+                k = cluster.key_for_slot_owner(new, prefix="fs:probe:")
+                assert c.cmd("SET", k, "x") == b"OK" and c.cmd("DEL", k) == 1
+                time.sleep(slow(1))
+                failed_over = True
+    assert failed_over and cursor == b"0"
+    assert set(got) == keys, sorted(keys - set(got))[:5]
+    twice = [k for k in keys if got.count(k) > 1]
+    assert twice and all(owner_port(cluster, k) == new["port"] for k in twice), twice[:5]

@@ -33,6 +33,10 @@ Test(route_merge, kinds)
     cr_assert_eq(merge_fanout_kind(3, load), MERGE_SAME);
     cr_assert_eq(merge_fanout_kind(3, exists), MERGE_NONE);
     cr_assert_eq(merge_fanout_kind(2, dbsize), MERGE_NONE, "DBSIZE takes no argument");
+    struct slice rk[] = { S("RANDOMKEY") }, scan[] = { S("scan"), S("0"), S("COUNT"), S("5") };
+    cr_assert_eq(merge_fanout_kind(1, rk), MERGE_FIRST);
+    cr_assert_eq(merge_fanout_kind(4, scan), MERGE_SCAN);
+    cr_assert_eq(merge_fanout_kind(1, scan), MERGE_NONE, "SCAN without a cursor: a node says");
 }
 
 Test(route_merge, split_by_slot_keeps_pairs_and_positions)
@@ -96,4 +100,15 @@ Test(route_merge, sums_concats_and_errors)
     merged(MERGE_SAME, (struct merge_reply[]){ { "+OK\r\n", 5, NULL, 0 },
                                                { "-OOM no\r\n", 9, NULL, 0 } },
            2, 0, "-OOM no\r\n");
+}
+
+Test(route_merge, first_reply_that_is_not_nil)
+{
+    struct merge_reply some[] = { { "$-1\r\n", 5, NULL, 0 }, { "_\r\n", 3, NULL, 0 },
+                                  { "$1\r\nk\r\n", 7, NULL, 0 }, { "$1\r\nj\r\n", 7, NULL, 0 } };
+    merged(MERGE_FIRST, some, 4, 0, "$1\r\nk\r\n");
+    merged(MERGE_FIRST, some, 2, 0, "$-1\r\n");
+    merged(MERGE_FIRST, some + 1, 1, 0, "_\r\n");
+    struct merge_reply err[] = { { "$1\r\nk\r\n", 7, NULL, 0 }, { "-LOADING x\r\n", 12, NULL, 0 } };
+    merged(MERGE_FIRST, err, 2, 0, "-LOADING x\r\n");
 }
