@@ -27,6 +27,11 @@
  * owed nothing where it is, so that its replies never come from two
  * connections at once.
  *
+ * cluster = route pins a session to a node for a transaction, a WATCH or a
+ * blocking command (route_pin.c): a mux with an `owner`, never in mux_list,
+ * with the session's state set first; its FIFO entries are FE_ROUTED as on
+ * the shared ones, and it closes once the session is done with it.
+ *
  * The connection itself is a bconn (backend.c): connect, the proxy's AUTH,
  * reads and failure are the same code as a session's own connection. It may
  * be shared only while Redis asks no AUTH of clients (or the proxy logs in
@@ -38,6 +43,7 @@
 #include "control.h"
 #include "mux.h"
 #include "route.h"
+#include "route_pin.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -57,6 +63,8 @@ struct fifo_entry {
 
 struct mux {
     struct mux *next;               /* mux_list */
+    struct session *owner;          /* a routed session's pin (route_pin.c): the connection
+                                       is its own, never in mux_list; NULL: shared */
     int db;                         /* the state every session on it shares */
     int resp3;
     struct clients *cl;             /* its sessions are among these */
@@ -114,9 +122,12 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
             *pp = m->next;
             break;
         }
+    if (m->owner != NULL)
+        route_pin_lost(m->owner, was_ready);
     /* Redis going away is worth a warning; our own shutdown or reload is not. */
-    log_write(lost || !was_ready ? LOG_WARN : LOG_INFO, "shared backend connection to %s "
-              "(db %d, RESP%d): %s", m->be.t->name, m->db, m->resp3 ? 3 : 2, why);
+    log_write(lost || !was_ready ? LOG_WARN : LOG_INFO, "%s backend connection to %s "
+              "(db %d, RESP%d): %s", m->owner != NULL ? "pinned" : "shared", m->be.t->name,
+              m->db, m->resp3 ? 3 : 2, why);
     for (uint32_t i = 0; i < m->fifo.len; i++) {
         struct fifo_entry *e = fifo_at(m, i);
         if (e->kind == FE_SESSION || e->kind == FE_ROUTED)
@@ -225,6 +236,8 @@ static void mux_reply(struct bconn *b, const char *p, size_t n, int done, char t
     ring_pop(&m->fifo);
     if (head.kind == FE_SESSION)
         session_settle(head.s);
+    else if (m->owner != NULL)
+        route_pin_settle(m->owner);     /* the pin's own requests answered */
 }
 
 static void mux_read_end(struct bconn *b)
@@ -271,15 +284,8 @@ static void mux_handshake(struct mux *m)
     }
 }
 
-/* The shared connection to target for db x protocol, opened on first use.
- * NULL when it cannot be. */
-static struct mux *mux_get(struct clients *cl, struct target *t, int db, int resp3)
+static struct mux *mux_new(struct clients *cl, struct target *t, int db, int resp3)
 {
-    for (struct mux *m = mux_list; m != NULL; m = m->next)
-        if (m->be.t == t && m->db == db && m->resp3 == resp3)
-            return m;
-    if (!t->addr.is_unix && !t->sa_ok)
-        return NULL;
     struct mux *m = xcalloc(1, sizeof *m);
     m->cl = cl;
     m->db = db;
@@ -289,6 +295,19 @@ static struct mux *mux_get(struct clients *cl, struct target *t, int db, int res
     m->handles = 2;
     bconn_init(&m->be, cl->ctx, &mux_ops, m);
     m->be.t = t;
+    return m;
+}
+
+/* The shared connection to target for db x protocol, opened on first use.
+ * NULL when it cannot be. */
+static struct mux *mux_get(struct clients *cl, struct target *t, int db, int resp3)
+{
+    for (struct mux *m = mux_list; m != NULL; m = m->next)
+        if (m->be.t == t && m->db == db && m->resp3 == resp3)
+            return m;
+    if (!t->addr.is_unix && !t->sa_ok)
+        return NULL;
+    struct mux *m = mux_new(cl, t, db, resp3);
     m->next = mux_list;
     mux_list = m;
     mux_handshake(m);
@@ -336,8 +355,13 @@ int mux_append(struct session *s, struct wbatch *wb)
 int mux_send(struct session *s, struct target *t, const char *p, size_t n, int owed,
              uint32_t unit)
 {
-    struct mux *m = mux_get(s->cl, t, s->db, s->resp3);
-    if (m == NULL)
+    return mux_send_on(mux_get(s->cl, t, s->db, s->resp3), s, p, n, owed, unit);
+}
+
+int mux_send_on(struct mux *m, struct session *s, const char *p, size_t n, int owed,
+                uint32_t unit)
+{
+    if (m == NULL || m->failed)
         return -1;
     s->mux = m;
     sbuf_add(&m->out, p, n);
@@ -346,6 +370,39 @@ int mux_send(struct session *s, struct target *t, const char *p, size_t n, int o
             (struct fifo_entry){ FE_ROUTED, unit, s };
     mux_queued(m, s);
     return 0;
+}
+
+struct mux *mux_pin_open(struct session *s, struct target *t, const char *pre, size_t n,
+                         int npre)
+{
+    if (!t->addr.is_unix && !t->sa_ok)
+        return NULL;
+    struct mux *m = mux_new(s->cl, t, s->db, s->resp3);
+    m->owner = s;
+    if (n > 0)
+        sbuf_add(&m->out, pre, n);
+    fifo_push(m, FE_INTERNAL, NULL, npre);
+    bconn_connect(&m->be, 1);
+    return m->failed ? NULL : m;    /* NULL when the connect failed at once */
+}
+
+int mux_pin_owed(const struct mux *m)
+{
+    return (int)m->fifo.len;
+}
+
+void mux_pin_close(struct mux *m)
+{
+    if (m->failed)
+        return;
+    m->failed = 1;
+    for (uint32_t i = 0; i < m->fifo.len; i++)
+        fifo_at(m, i)->kind = FE_GONE;
+    if (m->owner->mux == m)
+        m->owner->mux = NULL;
+    m->owner = NULL;
+    bconn_close(&m->be);
+    uv_close((uv_handle_t *)&m->flusher, on_flusher_closed);
 }
 
 static void mux_forget_on(struct mux *m, struct session *s)

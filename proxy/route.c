@@ -40,9 +40,20 @@
  * (route_scan.h), so each call asks one primary and the client's scan
  * walks them one after the other.
  *
+ * What one connection that others share cannot carry goes over a pin, a
+ * connection of the session's own to one node (route_pin.c), as a cluster
+ * client opens one: MULTI ... EXEC on the node of its first key's slot
+ * (keys of another node get -CROSSSLOT where that node would say -MOVED,
+ * and EXEC aborts), WATCH on the watched key's node, a blocking command
+ * (BLPOP..., XREAD ... BLOCK) on its key's node. Its requests are units
+ * like any other; only a transaction's redirects are not followed (the
+ * node flagged it), a blocking command's move the pin.
+ *
  * What route.c does not build yet is refused before anything is sent, with
- * an error that says so (route_pick()); other keys in several slots get the
- * cluster's own -CROSSSLOT.
+ * an error that says so (route_pick(): pub/sub, MONITOR, CLIENT but SETINFO
+ * and NO-EVICT, AUTH, HELLO with AUTH or SETNAME, RESET, WAIT, WAITAOF, and
+ * inside MULTI HELLO and what would cover every primary); other keys in
+ * several slots get the cluster's own -CROSSSLOT.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +66,7 @@
 #include "login.h"
 #include "route.h"
 #include "route_merge.h"
+#include "route_pin.h"
 #include "route_scan.h"
 #include "session_int.h"
 #include "util.h"
@@ -66,6 +78,19 @@
 #define SLOT_NONE       (-1)            /* the request names no key */
 #define SLOT_CROSS      (-2)            /* ...keys of several slots */
 #define SLOT_UNKNOWN    (-3)            /* ...keys the proxy cannot find */
+
+const char route_crossslot[] = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+const char route_unserved[] = "-CLUSTERDOWN Hash slot not served\r\n";
+
+/* Does a request go over the session's pin? */
+enum pinned {
+    PIN_NOT,
+    PIN_STAYS,      /* yes: its redirects reach the client (a transaction's, or one a WATCH
+                       holds: the node keeps their state, the request cannot go elsewhere) */
+    PIN_FOLLOWS,    /* yes, a blocking command alone on it: nothing ran where a redirect
+                       came from, the pin follows a -MOVED or -ASK to a known node at once
+                       (route_pin_retarget()); what would wait reaches the client */
+};
 
 /* One request sent to a node, until its replies went to the session. */
 struct unit {
@@ -79,6 +104,7 @@ struct unit {
     unsigned char live;         /* the reply in progress goes to the session as it comes */
     unsigned char redirect;     /* enum redirect_kind of the first redirect among its replies */
     unsigned char waiting;      /* sent again after the next topology read */
+    unsigned char pinned;       /* enum pinned: sent over the session's pin (route_pin.h) */
     struct target *to;          /* where the redirect sends it (NULL: the slot's owner then) */
     struct sbuf req;            /* what was sent, for a resend */
     struct sbuf park;           /* whole replies not given yet: [type][size_t len][bytes]... */
@@ -100,6 +126,7 @@ struct route_state {
     struct sbuf cur;            /* the bytes of the request being handled */
     int slot;                   /* ...and its slot */
     unsigned char merge;        /* ...enum merge when it goes as several requests */
+    unsigned char pinned;       /* ...enum pinned */
     int width;                  /* ...arguments per key (split by slot) */
     struct scan_step scan;      /* ...SCAN: the primary its cursor points at */
     struct target *scan_to;     /* ...that primary */
@@ -311,13 +338,16 @@ static const char no_cluster[] = "-ERR This instance has cluster support disable
 static const char *refusal(struct session *s, const struct request *req,
                            const struct req_plan *pl, int needs_own)
 {
-    if (pl->id == CID_SELECT)
-        return select_answer(req);
+    if (pl->id == CID_SELECT && !s->in_multi)
+        return select_answer(req);      /* inside MULTI: queued, the node says at EXEC */
     if (pl->id == CID_CLUSTER)
         return no_cluster;
     if (!mux_shareable(s->ctx))
         return "-ERR ttlguard cluster = route: the cluster asks clients to log in; set "
                "backend_password (and backend_username) in [proxy]\r\n";
+    if (pl->id == CID_HELLO && req->argc <= 2 && (s->in_multi || s->watching))
+        return "-ERR ttlguard cluster = route does not support %s inside MULTI or after "
+               "WATCH yet\r\n";        /* the pin that holds them keeps its protocol */
     if (pl->id == CID_HELLO && req->argc <= 2)
         return NULL;                    /* HELLO [2|3]: carried, as on a shared connection */
     if (needs_own && pl->ci != NULL && !script(pl))
@@ -409,21 +439,140 @@ static const char *slot_refusal(struct session *s, const struct request *req)
     if (r->slot == SLOT_NONE)
         return keyless_refusal(req);
     if (r->slot == SLOT_CROSS)
-        return "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+        return route_crossslot;
     if (r->slot == SLOT_UNKNOWN)
         return "-ERR ttlguard cluster = route cannot find the keys of %s\r\n";
     return NULL;
+}
+
+/* ---- what goes over the session's pin (route_pin.h) ------------------------------ */
+
+#define PIN_NONE        (-1)    /* routed */
+#define PIN_ANY         (-2)    /* routed, though on one server it needs a connection of its
+                                   own: any node answers it as that server would */
+
+/* XREAD and XREADGROUP block only with BLOCK, among the options before
+ * STREAMS (XREADGROUP's from after GROUP group consumer). */
+static int stream_read_blocks(const struct request *req, int group)
+{
+    for (int i = group ? 4 : 1; i < req->argc && !slice_eq_nocase(req->argv[i], "streams"); i++)
+        if (slice_eq_nocase(req->argv[i], "block"))
+            return 1;
+    return 0;
+}
+
+/* A command that may block on its keys: PT_BLOCK; PIN_ANY for XREAD and
+ * XREADGROUP without BLOCK; PIN_NONE for the others (WAIT, WAITAOF name no
+ * key: no node of its own to wait on, they stay refused). */
+static int blocking_use(const struct request *req, const struct req_plan *pl)
+{
+    if (pl->ci == NULL || pl->ci->row == NULL ||
+        (command_flags(pl->ci->row) & (CMD_BLOCKING | CMD_SCRIPT)) != CMD_BLOCKING)
+        return PIN_NONE;
+    const struct cmd_arity *a = arity_of(&control_login()->cmds, pl->ci, req->argv[0]);
+    if (a == NULL || (a->first <= 0 && !a->movable))
+        return PIN_NONE;
+    int group = is_name(req, "xreadgroup");
+    if ((group || is_name(req, "xread")) && !stream_read_blocks(req, group))
+        return PIN_ANY;
+    return PT_BLOCK;
+}
+
+/* Does the request go over the session's pin (enum pin_take), or is it
+ * routed (PIN_NONE, PIN_ANY)? Everything inside MULTI, MULTI and WATCH,
+ * commands that block; EXEC, DISCARD, UNWATCH where a pin is (else any node
+ * answers them: an error, or +OK). */
+static int pin_use(const struct session *s, const struct request *req, const struct req_plan *pl)
+{
+    if (s->in_multi)
+        return PT_QUEUED;
+    switch (pl->id) {
+    case CID_MULTI:
+        return multi_cmd(req, pl->id) == MT_MULTI ? PT_MULTI : PIN_ANY;
+    case CID_WATCH:
+        return req->argc >= 2 ? PT_WATCH : PIN_ANY;
+    case CID_EXEC:
+    case CID_DISCARD:
+    case CID_UNWATCH:
+        return s->pin != NULL ? PT_OTHER : PIN_ANY;
+    default:
+        return blocking_use(req, pl);
+    }
+}
+
+/* Inside MULTI, what route.c does not build yet: what needs a connection of
+ * its own, but for what the node answers as it answers any transaction's
+ * client (MULTI, EXEC, WATCH..., SELECT and blocking commands: queued, run
+ * at EXEC). */
+static int queued_needs_own(const struct request *req, const struct req_plan *pl,
+                            int needs_own)
+{
+    switch (pl->id) {
+    case CID_MULTI: case CID_EXEC: case CID_DISCARD: case CID_WATCH: case CID_UNWATCH:
+    case CID_SELECT:
+        return 0;
+    default:
+        return needs_own && blocking_use(req, pl) != PT_BLOCK;
+    }
+}
+
+/* What a node answers itself about the keys of a request over the pin:
+ * keys of several slots, or none where it must cover every primary (one
+ * node's DBSIZE or FLUSHALL inside MULTI would not mean what it says). */
+static const char *pinned_slot_refusal(struct session *s, const struct request *req)
+{
+    struct route_state *r = s->route;
+    if (r->slot == SLOT_CROSS)
+        return route_crossslot;
+    const char *no = slot_refusal(s, req);
+    if (no == NULL && r->merge != MERGE_NONE)
+        no = "-ERR ttlguard cluster = route does not support %s inside MULTI yet (it must "
+             "cover every primary)\r\n";
+    return no;
+}
+
+/* A request over the pin: refused as a cluster node refuses it, else where
+ * route_pin_take() says. A refusal inside MULTI makes EXEC abort, as a
+ * node's -CROSSSLOT does (it flags the transaction). */
+static int pick_pinned(struct session *s, const struct request *req, const struct req_plan *pl,
+                       enum pin_take how, int needs_own)
+{
+    struct route_state *r = s->route;
+    struct target *t = NULL;
+    int rc = 1;
+    const char *no = refusal(s, req, pl, how == PT_QUEUED && queued_needs_own(req, pl, needs_own));
+    if (no == NULL) {
+        r->slot = request_slot(req, pl);
+        no = pinned_slot_refusal(s, req);
+    }
+    if (no == NULL)
+        rc = route_pin_take(s, how, r->slot, cluster_any_primary(r->hint), &t, &no);
+    r->merge = MERGE_NONE;
+    if (rc == 0) {
+        r->pinned = how == PT_BLOCK && !s->watching ? PIN_FOLLOWS : PIN_STAYS;
+        set_target(s, t);
+    } else if (rc == 1) {
+        s->multi_dirty |= s->in_multi;
+        answer(s, no, req);
+    }
+    return rc;
 }
 
 int route_pick(struct session *s, const struct request *req, const struct req_plan *pl,
                int needs_own)
 {
     struct route_state *r = s->route;
-    const char *no = refusal(s, req, pl, needs_own);
+    r->pinned = PIN_NOT;
+    if (route_pin_blocked(s))
+        return ROUTE_BLOCKED;
+    int how = pin_use(s, req, pl);
+    if (how >= 0)
+        return pick_pinned(s, req, pl, (enum pin_take)how, needs_own);
+    const char *no = refusal(s, req, pl, needs_own && how != PIN_ANY);
     if (no == NULL && pl->id == CID_HELLO) {
         emit_locals(s);
         if (s->q.len > 0)
-            return -1;                  /* the protocol changes once nothing is owed */
+            return ROUTE_WAIT;          /* the protocol changes once nothing is owed */
     }
     if (no == NULL) {
         r->slot = request_slot(req, pl);
@@ -433,7 +582,7 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
     if (no == NULL) {
         t = r->slot >= 0 ? cluster_slot_target(r->slot) : cluster_any_primary(r->hint);
         if (t == NULL)
-            no = "-CLUSTERDOWN Hash slot not served\r\n";
+            no = route_unserved;
     }
     if (no != NULL) {
         answer(s, no, req);
@@ -513,13 +662,12 @@ static void park_bytes(struct session *s, struct unit *u, const void *p, size_t 
  * without an owner for the slot says, once per reply owed. */
 static void unit_fail(struct session *s, struct unit *u)
 {
-    static const char down[] = "-CLUSTERDOWN Hash slot not served\r\n";
     for (int i = 0; i < u->total; i++) {
-        size_t n = sizeof down - 1;
+        size_t n = sizeof route_unserved - 1;
         char type = '-';
         park_bytes(s, u, &type, 1);
         park_bytes(s, u, &n, sizeof n);
-        park_bytes(s, u, down, n);
+        park_bytes(s, u, route_unserved, n);
     }
     u->part = u->park.len;
     u->owed = 0;
@@ -533,8 +681,15 @@ static void unit_send(struct session *s, struct unit *u, struct target *t, int a
     u->asking = (unsigned char)asking;
     u->redirect = 0;
     u->to = NULL;
-    if ((asking && mux_send(s, t, ask, sizeof ask - 1, 1, u->tag) < 0) ||
-        mux_send(s, t, u->req.p, u->req.len, u->total, u->tag) < 0)
+    int rc;
+    if (u->pinned) {
+        route_pin_retarget(s, t);       /* a redirect followed: t is another node */
+        rc = asking && route_pin_send(s, ask, sizeof ask - 1, 1, u->tag) < 0 ? -1 :
+             route_pin_send(s, u->req.p, u->req.len, u->total, u->tag);
+    } else
+        rc = asking && mux_send(s, t, ask, sizeof ask - 1, 1, u->tag) < 0 ? -1 :
+             mux_send(s, t, u->req.p, u->req.len, u->total, u->tag);
+    if (rc < 0)
         session_shared_lost(s, 0);
 }
 
@@ -649,20 +804,24 @@ void route_commit(struct session *s, const struct request *req, struct wbatch *w
         s->ctx->stats.bytes_to_backends += wb->bytes;
         route_take(s, wb);
     }
-    if (r->cur.len == 0)
+    if (r->cur.len == 0) {
+        route_pin_settle(s);            /* a pin taken for what a rule refused */
         return;
+    }
     if (r->merge != MERGE_NONE && s->mux_owed == 1 && r->cur.len == req->raw.len &&
         memcmp(r->cur.p, req->raw.p, req->raw.len) == 0) {
         commit_parts(s, req);           /* forwarded as it is: it can go as several */
         return;
     }
     if (s->mux_owed == 0) {             /* nothing will answer it: nothing to keep */
-        if (mux_send(s, s->be.t, r->cur.p, r->cur.len, 0, 0) < 0)
+        if ((r->pinned ? route_pin_send(s, r->cur.p, r->cur.len, 0, 0) :
+                         mux_send(s, s->be.t, r->cur.p, r->cur.len, 0, 0)) < 0)
             session_shared_lost(s, 0);
         r->cur.len = 0;
         return;
     }
     struct unit *u = unit_new(r, r->slot, s->mux_owed, &r->cur);
+    u->pinned = r->pinned;
     s->mux_owed = 0;
     unit_send(s, u, s->be.t, 0);
 }
@@ -841,8 +1000,12 @@ static void reply_parked(struct session *s, struct unit *u, const struct target 
         u->park.len = u->part;
     } else if (p[0] == '-' && !u->redirect) {
         struct target *to;
-        u->redirect = (unsigned char)cluster_redirect(p, n, from, &to);
-        u->to = to;
+        int kind = cluster_redirect(p, n, from, &to);   /* the slot map learns it either way */
+        if (u->pinned == PIN_NOT || (u->pinned == PIN_FOLLOWS && to != NULL &&
+                                     kind != REDIR_TRYAGAIN)) {
+            u->redirect = (unsigned char)kind;
+            u->to = to;
+        }
     }
     u->part = u->park.len;
 }
@@ -869,6 +1032,7 @@ void route_reply(struct session *s, uint32_t tag, const struct target *from, con
     if (u->owed == 0 && u->redirect)
         unit_redirected(s, u);
     deliver(s);
+    route_pin_settle(s);
     session_settle(s);
 }
 
@@ -907,6 +1071,7 @@ void route_free(struct session *s)
     struct route_state *r = s->route;
     if (r == NULL)
         return;
+    route_pin_free(s);
     if (r->wait.waiting)
         cluster_unwait(&r->wait);
     while (r->units.len > 0)

@@ -30,9 +30,14 @@ void route_cron(struct session *s);
 
 /* Before a request is judged. Returns 1 when route.c answered it itself (a
  * refusal, SELECT, -CROSSSLOT, -CLUSTERDOWN); 0 when it goes on to the node
- * that serves its slot (s->be.t is that node now); -1 when it waits until
- * the replies owed are in (HELLO changes the protocol). needs_own: the
- * request would need a connection of its own in the shared mode. */
+ * that serves its slot (s->be.t is that node now), over a shared connection
+ * or the session's pin (route_pin.h); ROUTE_WAIT when it waits until the
+ * replies owed are in (HELLO changes the protocol, a pin moves); ROUTE_BLOCKED
+ * when it waits behind a blocking command (the client is still read: Redis
+ * reads a blocked client, and one that leaves ends the block). needs_own:
+ * the request would need a connection of its own in the shared mode. */
+#define ROUTE_WAIT      (-1)
+#define ROUTE_BLOCKED   (-2)
 ROUTE_ENTRY int route_pick(struct session *s, const struct request *req,
                            const struct req_plan *pl, int needs_own);
 

@@ -57,6 +57,7 @@
 #include "events.h"
 #include "login.h"
 #include "route.h"
+#include "route_pin.h"
 #include "sentinel.h"
 #include "session_int.h"
 #include "tls.h"
@@ -76,6 +77,7 @@ enum route {
     RT_WAIT,        /* the state changes while replies are owed: wait for them */
     RT_PIN,         /* to a connection of its own */
     RT_ANSWERED,    /* cluster = route answered it itself (route_pick()) */
+    RT_BLOCKED,     /* cluster = route: it waits behind a blocking command */
 };
 
 /* One batch per direction, shared by all sessions: callbacks do not nest.
@@ -482,9 +484,11 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void client_eof(struct session *s)
 {
     /* Mid-stream: closing its connection is what keeps Redis from running
-     * the truncated request. */
+     * the truncated request. Blocked (cluster = route's pin): closing it is
+     * what makes the node forget the blocked client, as Redis does when a
+     * blocked client leaves. */
     if ((s->mode != SM_OWN && s->mode != SM_SHARED) || s->q.len == 0 ||
-        (s->framer != NULL && req_framer_streaming(s->framer))) {
+        (s->framer != NULL && req_framer_streaming(s->framer)) || route_pin_blocked(s)) {
         session_close(s);
         return;
     }
@@ -691,7 +695,8 @@ static enum route shared_route(struct session *s, const struct request *req,
 {
     if (s->route != NULL) {
         int r = route_pick(s, req, pl, needs_own(req, pl));
-        return r > 0 ? RT_ANSWERED : r < 0 ? RT_WAIT : RT_HERE;
+        return r > 0 ? RT_ANSWERED : r == ROUTE_WAIT ? RT_WAIT :
+               r == ROUTE_BLOCKED ? RT_BLOCKED : RT_HERE;
     }
     if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->ctx) || needs_own(req, pl))
         return RT_PIN;
@@ -1048,6 +1053,8 @@ static enum handled handle_request(struct session *s, const struct request *req)
         return HR_PIN;
     if (rt == RT_WAIT)
         return HR_WAIT;
+    if (rt == RT_BLOCKED)
+        return HR_BLOCKED;
     s->ctx->stats.requests++;
     s->be.t->requests++;
     if (rt == RT_SELECT) {
@@ -1068,22 +1075,20 @@ static enum handled handle_request(struct session *s, const struct request *req)
     enum verdict v = judge(s, req, &pl, &rw);
     if (v == V_REJECT) {
         answer_rejection(s, &pl, &rw);
-        return HR_DONE;
-    }
-    if (pl.mt == MT_EXEC && s->in_multi && s->multi_dirty) {
+    } else if (pl.mt == MT_EXEC && s->in_multi && s->multi_dirty) {
         abort_exec(s, &pl);
-        return HR_DONE;
+    } else {
+        if (!pl.queued)
+            track_identity(s, req, &pl);
+        send_request(s, req, v, &pl, &rw);
+        expect_replies(s, req, &pl, v, &rw);
+        send_followup(s, &pl, &rw);
+        track_multi(s, pl.mt);
+        if (pl.id == CID_RESET && req->argc == 1 && !pl.queued && s->mode == SM_OWN)
+            relogin(s);             /* RESET logged the connection out of Redis */
     }
-    if (!pl.queued)
-        track_identity(s, req, &pl);
-    send_request(s, req, v, &pl, &rw);
-    expect_replies(s, req, &pl, v, &rw);
-    send_followup(s, &pl, &rw);
-    track_multi(s, pl.mt);
-    if (pl.id == CID_RESET && req->argc == 1 && !pl.queued && s->mode == SM_OWN)
-        relogin(s);                 /* RESET logged the connection out of Redis */
     if (s->route != NULL)
-        route_commit(s, req, &tob);
+        route_commit(s, req, &tob); /* what went, to its node (a DISCARD of abort_exec()) */
     return HR_DONE;
 }
 
@@ -1434,9 +1439,13 @@ static void process_input(struct session *s, const char *data, size_t len, int i
             req_framer_rewind(s->framer);
             if (h == HR_PIN)
                 s->pin_wait = 1;
-            else if (h == HR_WAIT && s->cap_wait == 0)
+            else if ((h == HR_WAIT || h == HR_BLOCKED) && s->cap_wait == 0)
                 s->switch_wait = 1;
-            client_read_stop(s);
+            /* Behind a blocking command the client is read on, as Redis
+             * reads a blocked client: its EOF ends the block (client_eof()).
+             * What it sends meanwhile waits in ibuf, up to max_buffer. */
+            if (h != HR_BLOCKED || len - pos > s->ctx->cfg->max_buffer)
+                client_read_stop(s);
             break;
         }
         if (s->mode == SM_WAIT) {
@@ -1470,58 +1479,68 @@ static void process_input(struct session *s, const char *data, size_t len, int i
 /* ------------------------------------------------------------------------ */
 /* The session's own backend connection                                      */
 
-/* A request of the proxy's own on s's connection: argc words. */
-static void send_own(struct session *s, int argc, const struct slice *argv)
+/* A request of the proxy's own, argc words, RESP encoded at the end of out:
+ * one request (for a count). */
+static int add_request(struct sbuf *out, int argc, const struct slice *argv)
 {
     char hdr[32];
-    int n = snprintf(hdr, sizeof hdr, "*%d\r\n", argc);
-    tob_add(s, hdr, (size_t)n, 1);
+    sbuf_add(out, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", argc));
     for (int i = 0; i < argc; i++) {
-        n = snprintf(hdr, sizeof hdr, "$%zu\r\n", argv[i].len);
-        tob_add(s, hdr, (size_t)n, 1);
-        tob_add(s, argv[i].p, argv[i].len, 1);
-        tob_add(s, "\r\n", 2, 1);
+        sbuf_add(out, hdr, (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", argv[i].len));
+        sbuf_add(out, argv[i].p, argv[i].len);
+        sbuf_add(out, "\r\n", 2);
     }
-    struct pending *e = q_push(s);
-    e->kind = PK_INTERNAL;
+    return 1;
 }
 
 #define SL(lit) ((struct slice){ lit, sizeof lit - 1 })
 
-/* A session that was shared gets its own connection: the state it carried
- * there is set on it first (SELECT, HELLO 3, CLIENT SETINFO, NO-EVICT), so
- * that what the client sees is unchanged. The client's requests follow once
- * Redis has answered, in a write of their own: Redis's view of them
- * (CLIENT LIST qbuf=, cmd=) is then the same as without the proxy. */
-static void replay_state(struct session *s)
+int session_state_requests(const struct session *s, struct sbuf *out)
 {
     char db[24];
+    int n = 0;
     if (s->db != 0) {
         struct slice a[2] = { SL("SELECT"), { db, (size_t)snprintf(db, sizeof db, "%d", s->db) } };
-        send_own(s, 2, a);
+        n += add_request(out, 2, a);
     }
     if (s->resp3) {
         struct slice a[2] = { SL("HELLO"), SL("3") };
-        send_own(s, 2, a);
+        n += add_request(out, 2, a);
     }
     if (s->lib_name != NULL) {
         struct slice a[4] = { SL("CLIENT"), SL("SETINFO"), SL("LIB-NAME"),
                               { s->lib_name, strlen(s->lib_name) } };
-        send_own(s, 4, a);
+        n += add_request(out, 4, a);
     }
     if (s->lib_ver != NULL) {
         struct slice a[4] = { SL("CLIENT"), SL("SETINFO"), SL("LIB-VER"),
                               { s->lib_ver, strlen(s->lib_ver) } };
-        send_own(s, 4, a);
+        n += add_request(out, 4, a);
     }
     if (s->no_evict) {
         struct slice a[3] = { SL("CLIENT"), SL("NO-EVICT"), SL("ON") };
-        send_own(s, 3, a);
+        n += add_request(out, 3, a);
     }
-    if (s->q.len > 0) {
-        s->replaying = 1;
-        flush_all(s);
-    }
+    return n;
+}
+
+/* A session that was shared gets its own connection: the state it carried
+ * there is set on it first, so that what the client sees is unchanged. The
+ * client's requests follow once Redis has answered, in a write of their
+ * own: Redis's view of them (CLIENT LIST qbuf=, cmd=) is then the same as
+ * without the proxy. */
+static void replay_state(struct session *s)
+{
+    static struct sbuf state;
+    state.len = 0;
+    int n = session_state_requests(s, &state);
+    if (n == 0)
+        return;
+    tob_add(s, state.p, state.len, 1);
+    while (n-- > 0)
+        q_push(s)->kind = PK_INTERNAL;
+    s->replaying = 1;
+    flush_all(s);
 }
 
 /* The client's requests that waited for the connection (and its replay). */

@@ -82,6 +82,8 @@ enum handled {
     HR_DONE,        /* handled: forwarded, rewritten or answered */
     HR_PIN,         /* not handled: it waits for the session's own connection */
     HR_WAIT,        /* not handled: it waits until nothing is owed on the shared connection */
+    HR_BLOCKED,     /* ...as HR_WAIT, behind a blocking command: the client is still read
+                       (cluster = route: route_pin.h) */
     HR_CONNECT,     /* not handled: it waits for the connection its login opened */
     HR_STREAM,      /* a large request's head was sent: its rest passes as it arrives */
     HR_HOLD,        /* a large request's head: it is handled once it is whole */
@@ -127,6 +129,9 @@ struct session {
     unsigned char mode;             /* enum session_mode */
     struct mux *mux;                /* the shared connection its requests went to last */
     struct route_state *route;      /* cluster = route: where its requests are (route.c) */
+    struct route_pin *pin;          /* ...its connection of its own to one node, for a
+                                       transaction, a WATCH, a blocking command (route_pin.c);
+                                       NULL: none */
     int mux_owed;                   /* replies owed for bytes not yet handed to the mux */
 
     unsigned pin_wait:1;            /* a stateful request waits for a dedicated connection */
@@ -242,6 +247,10 @@ void queue_local(struct session *s, const char *text, size_t len, int is_static)
 /* CLIENT REPLY and MULTI decide whether the client gets a reply. */
 void plan_replies(struct session *s, const struct request *req, struct req_plan *pl);
 void open_own_connection(struct session *s);
+/* The requests that set the state s carries on a connection of its own
+ * (SELECT, HELLO 3, CLIENT SETINFO, NO-EVICT), RESP encoded at the end of
+ * out: how many. */
+int session_state_requests(const struct session *s, struct sbuf *out);
 void client_read_stop(struct session *s);
 /* The client's address, for log lines. */
 const char *client_name(struct session *s);
@@ -314,5 +323,21 @@ void mux_forget(struct session *s);
  * `owed` replies for request `unit` of s (route.c). -1: no connection to be had. */
 int mux_send(struct session *s, struct target *t, const char *p, size_t n, int owed,
              uint32_t unit);
+/* ...the same on connection m (NULL, or failed: -1). */
+int mux_send_on(struct mux *m, struct session *s, const char *p, size_t n, int owed,
+                uint32_t unit);
+
+/* mux.c, for route_pin.c: a routed session's connection of its own to t,
+ * never shared (its `owner`). pre: requests sent first whose npre replies
+ * are the proxy's (the session's state). NULL when it cannot be opened.
+ * Its failure ends the session as a shared connection's does
+ * (route_pin_lost() first). */
+struct mux *mux_pin_open(struct session *s, struct target *t, const char *pre, size_t n,
+                         int npre);
+/* Replies still owed on it, the proxy's own included. */
+int mux_pin_owed(const struct mux *m);
+/* Close it: what it still owes is dropped (Redis drops the client, and
+ * with it a transaction or a blocked command). */
+void mux_pin_close(struct mux *m);
 
 #endif

@@ -17,6 +17,11 @@ What is checked against the real nodes, not only through the proxy:
   - keys of several slots get -CROSSSLOT as a cluster words it, before
     anything is sent; what is not built yet is refused with an error that
     names it, and the connection goes on;
+  - MULTI/EXEC, WATCH and blocking commands run on a connection of the
+    client's own to the node of their keys' slot: the replies are that
+    node's (compared with a direct connection), a queued command of another
+    node gets -CROSSSLOT and EXEC -EXECABORT, a blocked client holds up
+    nobody else and leaves no blocked client behind when it goes;
   - SCAN through the proxy returns exactly the keys SCAN on each primary
     returns (MATCH, COUNT, TYPE), every key present throughout a scan while
     keys are added, Redis's own error for a cursor it cannot read;
@@ -34,7 +39,7 @@ import urllib.request
 import pytest
 
 import harness
-from harness import Conn, RespError, enc, slow, wait_for
+from harness import Conn, RespError, enc, slow, wait_blocked, wait_for
 from cluster_util import Cluster, key_slot
 
 RULE = '[ttl "t:"]\nttl = 900\naction = rewrite\n'
@@ -204,9 +209,6 @@ def test_standalone_answers_and_refusals(proxy):
         (("SUNIONSTORE", a, b), CROSSSLOT),
         (("RENAME", a, b), CROSSSLOT),
         (("EVAL", "return 1", "2", a, b), CROSSSLOT),
-        (("MULTI",), b"ERR ttlguard cluster = route does not support MULTI yet"),
-        (("WATCH", a), b"ERR ttlguard cluster = route does not support WATCH yet"),
-        (("BLPOP", a, "1"), b"ERR ttlguard cluster = route does not support BLPOP yet"),
         (("SUBSCRIBE", "ch"), b"ERR ttlguard cluster = route does not support SUBSCRIBE yet"),
         (("CLIENT", "LIST"), b"ERR ttlguard cluster = route does not support CLIENT yet"),
         (("WAIT", "0", "0"), b"ERR ttlguard cluster = route does not support WAIT yet"),
@@ -244,8 +246,7 @@ def test_pipelines_across_nodes_answer_in_order(cluster, proxy):
     for i, k in enumerate(keys):
         assert res[3 * i:3 * i + 3] == [True, i + 1, str(i + 1).encode()], (k, res[3 * i:3 * i + 3])
     assert len({owner_port(cluster, k) for k in keys}) == 3
-    with pytest.raises(redis.ResponseError, match="does not support (MULTI|EXEC) yet"):
-        r.pipeline(transaction=True).set("pl:0", 1).execute()
+    assert r.pipeline(transaction=True).set("pl:0", 1).get("pl:0").execute() == [True, b"1"]
 
     big = {port: ks[0] for port, ks in keys_on_each_primary(cluster, "big:").items()}
     values = {k: (("%s-" % k) * 80000)[:1 << 20].encode() for k in big.values()}
@@ -489,6 +490,349 @@ def test_rules_rewrite_on_every_primary(cluster, proxy):
     assert r.set("free:{1}", "v") and r.ttl("free:{1}") == -1
 
 
+# -- transactions, WATCH, blocking commands: a connection of the client's own --
+
+
+def _direct_and_routed(cluster, proxy, key, seq):
+    """seq (a list of commands) pipelined through the proxy and straight to
+    the node that owns key's slot, each after DEL of the keys it names: the
+    two reply lists."""
+    def run(port):
+        with Conn(port) as c:
+            c.cmd("DEL", key, key + ":b")
+            c.send(b"".join(enc(*args) for args in seq))
+            return c.replies(len(seq))
+    return run(proxy.port), run(owner_port(cluster, key))
+
+
+TX_SEQUENCES = [
+    # keyed at once
+    [("MULTI",), ("SET", "{K}", "1"), ("INCR", "{K}"), ("GET", "{K}"), ("EXEC",)],
+    # keyless first: the transaction moves to the key's node
+    [("MULTI",), ("PING",), ("ECHO", "x"), ("SET", "{K}", "1"), ("GET", "{K}"),
+     ("EXEC",)],
+    # queue-time errors: an unknown command, a wrong arity; EXEC aborts
+    [("MULTI",), ("SET", "{K}", "1"), ("NOSUCHCMD", "a"), ("GET", "{K}"), ("EXEC",),
+     ("GET", "{K}")],
+    [("MULTI",), ("SET", "{K}"), ("EXEC",)],
+    # DISCARD, an empty transaction, nesting, EXEC/DISCARD/UNWATCH without MULTI
+    [("MULTI",), ("SET", "{K}", "1"), ("DISCARD",), ("GET", "{K}")],
+    [("MULTI",), ("EXEC",)],
+    [("MULTI",), ("MULTI",), ("SET", "{K}:b", "2"), ("EXEC",)],
+    [("EXEC",), ("DISCARD",), ("UNWATCH",), ("PING",)],
+    # keys of two slots of the same node: the node's own -CROSSSLOT
+    [("MULTI",), ("SET", "{K}", "1"), ("SET", "{K2}", "1"), ("EXEC",)],
+    # a blocking command inside MULTI does not block; SELECT is queued
+    [("MULTI",), ("RPUSH", "{K}", "a"), ("BLPOP", "{K}", "0"), ("SELECT", "0"), ("EXEC",)],
+]
+
+
+def test_multi_exec_as_the_owning_node(cluster, proxy):
+    """MULTI ... EXEC over keys of each primary: the replies a client gets
+    straight from the node that owns the keys' slot (+OK, +QUEUED, EXEC's
+    array, the node's queue-time errors, -EXECABORT), also when MULTI and
+    commands without keys come first (the transaction moves to the node of
+    its first key)."""
+    for port, keys in keys_on_each_primary(cluster, "tx:", 2).items():
+        k, k2 = keys
+        for seq in TX_SEQUENCES:
+            seq = [tuple(a.replace("{K2}", k2).replace("{K}", k) for a in args)
+                   for args in seq]
+            routed, direct = _direct_and_routed(cluster, proxy, k, seq)
+            assert routed == direct, (port, seq, routed, direct)
+    # the same one command at a time, as an interactive client sends them
+    k = "txi:{0}"
+    cluster.cmd(owner_port(cluster, k), "DEL", k)
+    with Conn(proxy.port) as c, Conn(owner_port(cluster, k)) as d:
+        for args in [("MULTI",), ("PING",), ("SET", k, "v"), ("GET", k), ("EXEC",),
+                     ("GET", k)]:
+            assert c.cmd(*args) == d.cmd(*args), args
+
+
+def test_multi_crossslot_aborts_and_routing_goes_on(cluster, proxy):
+    """A queued command whose keys are not in the transaction's slot gets a
+    cluster's -CROSSSLOT (never a -MOVED, never a node address) and EXEC
+    -EXECABORT; nothing was written. After EXEC (or DISCARD) the same
+    connection reaches every primary again."""
+    per_node = keys_on_each_primary(cluster, "txc:")
+    a, b = [ks[0] for ks in per_node.values()][:2]
+    with Conn(proxy.port) as c:
+        c.cmd("DEL", a)
+        c.cmd("DEL", b)
+        c.send(enc("MULTI") + enc("SET", a, "1") + enc("SET", b, "1") + enc("MSET", a, 1, b, 2) +
+               enc("EXEC") + enc("EXISTS", a) + enc("EXISTS", b))
+        got = c.replies(7)
+        assert got[:2] == [b"OK", b"QUEUED"], got
+        assert got[2] == got[3] == CROSSSLOT, got
+        assert got[4].startswith(b"EXECABORT Transaction discarded because of previous errors"), got
+        assert got[5:] == [0, 0], got
+        # one key of each node right after: the session routes again
+        for port, ks in per_node.items():
+            assert c.cmd("SET", ks[0], "after") == b"OK"
+            assert cluster.cmd(port, "GET", ks[0]) == b"after"
+        # a transaction on each node in turn, on the same connection
+        for port, ks in per_node.items():
+            c.send(enc("MULTI") + enc("INCR", ks[0] + "n") + enc("EXEC"))
+            assert c.replies(3)[2] == [1], ks
+            assert cluster.cmd(port, "GET", ks[0] + "n") == b"1"
+            c.cmd("DEL", ks[0] + "n")
+        assert c.cmd("MULTI") == b"OK" and c.cmd("SET", a, "x") == b"QUEUED"
+        assert c.cmd("DISCARD") == b"OK" and c.cmd("GET", a) == b"after"
+        assert c.cmd("GET", b) == b"after"
+
+
+def test_transactions_pipelined_back_to_back_over_every_node(cluster, proxy):
+    """One write of 60 transactions, each on the node of its keys, among
+    plain GETs of keys of every node: every reply in its place, every value
+    on its owner; and, the client still connected, no connection of its own
+    left open on any node once its replies are in."""
+    keys = [k for ks in keys_on_each_primary(cluster, "txp:", 4).values() for k in ks]
+
+    def connected():                # less this one, which asks
+        return [int(cluster.info(n["port"], "clients")["connected_clients"]) - 1
+                for n in cluster.primaries()]
+    with Conn(proxy.port) as c:
+        for k in keys:
+            c.cmd("GET", k)         # the shared connections to every node are open
+    before = connected()
+    out, want = [], []
+    for i in range(60):
+        k, g = keys[i % len(keys)], keys[(i * 7 + 3) % len(keys)]
+        out += [enc("GET", g), enc("MULTI"), enc("PING"), enc("SET", k, i), enc("GET", k),
+                enc("EXEC")]
+        want += [[b"OK", b"QUEUED", b"QUEUED", b"QUEUED", [b"PONG", b"OK", str(i).encode()]]]
+    with Conn(proxy.port, timeout=slow(30)) as c:
+        for k in keys:
+            c.cmd("DEL", k)
+        c.send(b"".join(out))
+        got = c.replies(6 * len(want))
+        wait_for(lambda: connected() == before, 5, "the nodes' clients back to %s" % before)
+    for i, w in enumerate(want):
+        assert not isinstance(got[6 * i], RespError) and got[6 * i + 1:6 * i + 6] == w, \
+            (i, got[6 * i:6 * i + 6])
+    for i, k in enumerate(keys):
+        last = max(j for j in range(60) if j % len(keys) == i)
+        assert cluster.cmd(owner_port(cluster, k), "GET", k) == str(last).encode(), k
+
+
+def test_multi_under_a_ttl_rule(cluster, proxy):
+    """Under [ttl "t:"] (rewrite, 900 s) the client's own transaction: each
+    reply is the command's own and each key has its TTL on its owner."""
+    for port, ks in keys_on_each_primary(cluster, "t:tx:").items():
+        k = ks[0]
+        with Conn(proxy.port) as c:
+            c.cmd("DEL", k + ":s", k + ":h", k + ":c")
+            c.send(enc("MULTI") + enc("SET", k + ":s", "v") + enc("HSET", k + ":h", "f", "v") +
+                   enc("INCR", k + ":c") + enc("EXEC"))
+            got = c.replies(5)
+        assert got == [b"OK", b"QUEUED", b"QUEUED", b"QUEUED", [b"OK", 1, 1]], got
+        for suffix in (":s", ":h", ":c"):
+            ttl = cluster.cmd(port, "TTL", k + suffix)
+            assert 850 <= ttl <= 900, (k + suffix, port, ttl)
+
+
+def test_watch_with_a_concurrent_write(cluster, proxy):
+    """WATCH, another client writes the key, MULTI ... EXEC: a null array,
+    as from the node; without the write EXEC runs. A transaction on another
+    node than the WATCH's, and WATCH of keys of several slots, get
+    -CROSSSLOT. UNWATCH, EXEC, DISCARD end the WATCH: the connection then
+    runs transactions anywhere."""
+    per_node = keys_on_each_primary(cluster, "w:")
+    k, other = [ks[0] for ks in per_node.values()][:2]
+    with Conn(proxy.port) as c, Conn(proxy.port) as w:
+        c.cmd("SET", k, "1")
+        assert c.cmd("WATCH", k) == b"OK"
+        assert not isinstance(c.cmd("GET", other), RespError)     # routed meanwhile
+        assert w.cmd("SET", k, "2") == b"OK"
+        c.send(enc("MULTI") + enc("SET", k, "3") + enc("EXEC") + enc("GET", k))
+        assert c.replies(4) == [b"OK", b"QUEUED", None, b"2"]
+        # no write in between: it runs
+        c.send(enc("WATCH", k) + enc("MULTI") + enc("SET", k, "4") + enc("EXEC"))
+        assert c.replies(4) == [b"OK", b"OK", b"QUEUED", [b"OK"]]
+        # a transaction on another node than the WATCH's: -CROSSSLOT, EXEC aborts
+        c.send(enc("WATCH", k) + enc("MULTI") + enc("SET", other, "x") + enc("EXEC"))
+        got = c.replies(4)
+        assert got[:2] == [b"OK", b"OK"] and got[2] == CROSSSLOT, got
+        assert got[3].startswith(b"EXECABORT"), got
+        assert c.cmd("WATCH", k, other) == CROSSSLOT
+        # UNWATCH ends it; then a transaction on the other node
+        assert c.cmd("WATCH", k) == b"OK" and c.cmd("UNWATCH") == b"OK"
+        c.send(enc("MULTI") + enc("SET", other, "y") + enc("EXEC"))
+        assert c.replies(3) == [b"OK", b"QUEUED", [b"OK"]]
+        assert cluster.cmd(owner_port(cluster, other), "GET", other) == b"y"
+        assert cluster.cmd(owner_port(cluster, k), "GET", k) == b"4"
+
+
+def test_redis_py_transactions_and_watch(cluster, proxy):
+    """python3-redis's plain client: pipeline(transaction=True) on keys of
+    one slot, and its WATCH recipe, which retries after WatchError."""
+    import redis
+    r = redis.Redis(port=proxy.port)
+    for port, ks in keys_on_each_primary(cluster, "py:").items():
+        k = ks[0]
+        r.delete(k, k + ":n")
+        assert r.pipeline(transaction=True).set(k, 5).incr(k + ":n").get(k).execute() == \
+            [True, 1, b"5"]
+        with r.pipeline() as pipe:
+            pipe.watch(k)
+            r.set(k, 6)                  # another connection writes it
+            pipe.multi()
+            pipe.set(k, 7)
+            with pytest.raises(redis.WatchError):
+                pipe.execute()
+        with r.pipeline() as pipe:
+            pipe.watch(k)
+            v = int(pipe.get(k))
+            pipe.multi()
+            pipe.set(k, v + 1)
+            assert pipe.execute() == [True]
+        assert cluster.cmd(port, "GET", k) == b"7"
+
+
+def test_transactions_in_resp3_and_from_redis_cli(cluster, proxy):
+    """HELLO 3 before MULTI: the connection of the client's own speaks RESP3
+    too (EXEC's array holds the node's map); redis-cli without -c, a
+    transaction on its stdin, prints what it prints for the owning node.
+    HELLO between WATCH and EXEC is refused (the connection holding them
+    keeps its protocol), and allowed again after UNWATCH."""
+    for port, ks in keys_on_each_primary(cluster, "r3tx:").items():
+        k = ks[0]
+        seq = [("HELLO", "3"), ("MULTI",), ("HSET", k + "h", "f", "v"), ("HGETALL", k + "h"),
+               ("GET", k), ("EXEC",)]
+
+        def run(to):
+            cluster.cmd(port, "DEL", k, k + "h")
+            with Conn(to) as c:
+                return [c.cmd(*a) for a in seq]
+        routed, direct = run(proxy.port), run(port)
+        assert routed[1:] == direct[1:], (routed, direct)
+        assert isinstance(routed[-1][1], harness.RespMap), routed[-1]
+        lines = "MULTI\nSET %s 1\nINCR %s\nGET %s\nEXEC\n" % (k, k, k)
+
+        def cli_stdin(to):
+            cluster.cmd(port, "DEL", k)
+            return subprocess.run(["redis-cli", "-p", str(to)], input=lines, text=True,
+                                  capture_output=True, timeout=slow(20)).stdout
+        outs = [cli_stdin(proxy.port), cli_stdin(port)]
+        assert outs[0] == outs[1] and "QUEUED" in outs[0], outs
+    k = ks[0]
+    with Conn(proxy.port) as c:
+        assert c.cmd("WATCH", k) == b"OK"
+        got = c.cmd("HELLO", "3")
+        assert isinstance(got, RespError) and got.startswith(
+            b"ERR ttlguard cluster = route does not support HELLO inside MULTI or after WATCH"), got
+        assert c.cmd("UNWATCH") == b"OK"
+        assert dict(c.cmd("HELLO", "3"))[b"proto"] == 3
+
+
+def test_a_rule_refusal_inside_multi_aborts_exec(cluster, tmp_path):
+    """Under a reject rule the client's queued write is refused by ttlguard
+    (its -TTLGUARD error at queue time), also when it was the command that
+    would take the transaction to its node: EXEC is -EXECABORT and nothing
+    ran, on any node."""
+    harness.need_binary()
+    p = RoutedProxy(tmp_path, cluster, sections=RULE + '[ttl "rj:"]\nttl = 60\naction = reject\n')
+    p.start()
+    try:
+        for port, ks in keys_on_each_primary(cluster, "rj:").items():
+            k = ks[0]
+            cluster.cmd(port, "DEL", k, k + ":ok")
+            with Conn(p.port) as c:
+                c.send(enc("MULTI") + enc("PING") + enc("SET", k, "v") +
+                       enc("SET", k + ":ok", "v", "EX", "60") + enc("EXEC") + enc("MULTI") +
+                       enc("SET", k, "v") + enc("EXEC") + enc("EXISTS", k, k + ":ok"))
+                got = c.replies(9)
+            assert got[:2] == [b"OK", b"QUEUED"] and got[3] == b"QUEUED", got
+            assert got[2].startswith(b"TTLGUARD") and got[6].startswith(b"TTLGUARD"), got
+            assert got[4].startswith(b"EXECABORT") and got[7].startswith(b"EXECABORT"), got
+            assert got[5] == b"OK" and got[8] == 0, got
+    finally:
+        assert p.stop() == 0, p.stderr()
+
+
+def _blocked_clients(cluster, port):
+    return int(cluster.info(port, "clients")["blocked_clients"])
+
+
+def test_blpop_blocks_nobody_else(cluster, proxy):
+    """BLPOP on a key of node A, pipelined with a GET: while it waits, other
+    clients' GETs of keys on A's slots are answered (the shared connection
+    to A is not held); an LPUSH from another client answers it, then the
+    GET; the session routes to every node again after it."""
+    per_node = keys_on_each_primary(cluster, "bl:", 5)
+    port, ks = next(iter(per_node.items()))
+    lst = ks[0] + ":list"
+    cluster.cmd(port, "DEL", lst)
+    for k in ks:
+        cluster.cmd(port, "SET", k, "v-" + k)
+    with Conn(proxy.port) as b, Conn(proxy.port) as other:
+        b.send(enc("BLPOP", lst, "0") + enc("GET", ks[1]))
+        wait_blocked(port, "blpop")
+        assert _blocked_clients(cluster, port) == 1
+        for _ in range(20):
+            other.send(b"".join(enc("GET", k) for k in ks))
+            assert other.replies(len(ks), timeout=2) == [("v-" + k).encode() for k in ks]
+        b.assert_silent(0.1)
+        assert other.cmd("LPUSH", lst, "x") == 1
+        assert b.replies(2) == [[lst.encode(), b"x"], ("v-" + ks[1]).encode()]
+        wait_for(lambda: _blocked_clients(cluster, port) == 0, 5, "no blocked client")
+        for p, keys in per_node.items():
+            assert b.cmd("SET", keys[0] + ":after", "1") == b"OK"
+            assert cluster.cmd(p, "GET", keys[0] + ":after") == b"1"
+        # a timeout: the node's nil
+        assert b.cmd("BLPOP", lst, "0.05") is None
+
+
+def test_blocking_commands_as_the_owning_node(cluster, proxy):
+    """BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP and
+    XREAD/XREADGROUP with BLOCK, each with something to take: the node's own
+    reply; XREAD without BLOCK is routed as any read."""
+    k = "bk:{0}"
+    setup = [("DEL", k + ":l", k + ":d", k + ":z", k + ":s"),
+             ("RPUSH", k + ":l", "a", "b", "c", "d", "e"), ("ZADD", k + ":z", 1, "m", 2, "n", 3, "o"),
+             ("XADD", k + ":s", "1-1", "f", "v"), ("XGROUP", "CREATE", k + ":s", "g", "0")]
+    seq = [("BRPOP", k + ":l", "1"), ("BLMOVE", k + ":l", k + ":d", "LEFT", "RIGHT", "1"),
+           ("BRPOPLPUSH", k + ":l", k + ":d", "1"), ("BLMPOP", "1", "1", k + ":l", "LEFT"),
+           ("BZPOPMIN", k + ":z", "1"), ("BZPOPMAX", k + ":z", "1"),
+           ("BZMPOP", "1", "1", k + ":z", "MIN"),
+           ("XREAD", "BLOCK", "100", "STREAMS", k + ":s", "0"),
+           ("XREAD", "COUNT", "1", "STREAMS", k + ":s", "0"),
+           ("XREADGROUP", "GROUP", "g", "c", "BLOCK", "100", "STREAMS", k + ":s", ">"),
+           ("LRANGE", k + ":d", "0", "-1")]
+
+    def run(port):
+        with Conn(port) as c:
+            for args in setup:
+                c.cmd(*args)
+            return [c.cmd(*args) for args in seq]
+    assert run(proxy.port) == run(owner_port(cluster, k))
+
+
+def test_a_client_that_leaves_while_blocked_leaves_no_blocked_client(cluster, proxy):
+    """redis-cli BLPOP killed while it waits, and a raw client that closes
+    with a request pipelined behind its BLPOP: the node's blocked_clients
+    goes back to 0 (the pin is closed), and nothing was popped."""
+    k = "bq:{0}"
+    port = owner_port(cluster, k)
+    cluster.cmd(port, "DEL", k)
+    p = subprocess.Popen(["redis-cli", "-p", str(proxy.port), "BLPOP", k, "0"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        wait_blocked(port, "blpop")
+    finally:
+        p.kill()
+        p.wait()
+    wait_for(lambda: _blocked_clients(cluster, port) == 0, 5, "the killed client's block gone")
+    c = Conn(proxy.port)
+    c.send(enc("BLPOP", k, "0") + enc("PING"))
+    wait_blocked(port, "blpop")
+    c.close()
+    wait_for(lambda: _blocked_clients(cluster, port) == 0, 5, "the closed client's block gone")
+    assert cluster.cmd(port, "RPUSH", k, "x") == 1      # nobody took it
+    assert cluster.cmd(port, "LPOP", k) == b"x"
+
+
 def test_redis_benchmark_without_cluster(cluster, proxy):
     """redis-benchmark -t set,get -P 16 against the routed address: no error,
     and its keys spread over every primary."""
@@ -570,6 +914,34 @@ def test_ask_tryagain_and_moved_of_a_slot_migrated_by_hand(cluster, proxy):
         finally:
             for n in (src, dst):
                 cluster.cmd(n["port"], "CLUSTER", "SETSLOT", slot, "STABLE")
+    cluster.wait_stable()
+
+
+def _moved_errors(cluster, port):
+    stat = cluster.info(port, "errorstats").get("errorstat_MOVED", "count=0")
+    return int(stat.split(",")[0].split("=")[1])
+
+
+def test_a_blocking_command_follows_a_moved_slot(cluster, proxy):
+    """A slot handed to another primary straight on the nodes (the proxy's
+    slot map still names the old one): BLPOP of a key in it meets the old
+    owner's -MOVED, and its connection follows to the new owner, where it
+    blocks until an LPUSH there; the client never sees the redirect."""
+    src, dst = cluster.primaries()[0], cluster.primaries()[1]
+    k = cluster.key_for_slot_owner(src, prefix="blm:") + ":list"
+    slot = key_slot(k)
+    assert cluster.cmd(src["port"], "DEL", k) in (0, 1)
+    moved = _moved_errors(cluster, src["port"])
+    _finish_slot(cluster, slot, dst)
+    try:
+        with Conn(proxy.port) as c:
+            c.send(enc("BLPOP", k, "0") + enc("GET", k))
+            wait_blocked(dst["port"], "blpop")
+            assert _moved_errors(cluster, src["port"]) > moved
+            assert cluster.cmd(dst["port"], "LPUSH", k, "x") == 1
+            assert c.replies(2) == [[k.encode(), b"x"], None]
+    finally:
+        _finish_slot(cluster, slot, src)
     cluster.wait_stable()
 
 
