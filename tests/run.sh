@@ -9,7 +9,9 @@
 # server is built with TLS, so the TLS tests run against each); those
 # integration passes run two at a time (integration_start), then Redis's
 # own test suite directly and through ttlguard in both connection modes,
-# compared unit by unit (tests/redis-suite/run.sh --compare-direct), then real
+# compared unit by unit, and its units of one slot in cluster mode through
+# ttlguard's cluster = route in front of a 3-primary cluster, compared with a
+# 1-node cluster (tests/redis-suite/run.sh --compare-direct), then real
 # client libraries (tests/clients/run.sh: ioredis, node-redis, python3-redis,
 # standalone and cluster), then faults under load (tests/chaos/chaos.py, 30 s
 # per connection mode), then the deployment kit checked by its own tools
@@ -215,14 +217,18 @@ if [ "$servers_rc" -ne 0 ] || [ "${#server_lines[@]}" -ne "${#other_servers[@]}"
     summary+=("servers (tests/servers.sh): FAILED (exit $servers_rc), ${#server_lines[@]} of ${#other_servers[@]} servers tested")
 fi
 # Redis's own suite straight against redis-server and through ttlguard in both
-# connection modes, in one pool (its units mostly wait, so twice as many jobs
-# as cores): a unit in which ttlguard exited or crashed fails, and so does one
-# that passed fewer tests through ttlguard than directly; the excluded tests
-# must fail directly too.
+# connection modes, and (runtest --cluster-mode, the units of
+# tests/redis-suite/units-route) through cluster = route in front of a
+# 3-primary cluster and against a 1-node cluster, all in one pool (its units
+# mostly wait, so twice as many jobs as cores): a unit in which ttlguard exited
+# or crashed fails, and so does one that passed fewer tests through ttlguard
+# than directly, and a test that passes on the 1-node cluster and not through
+# route unless tests/redis-suite/exclusions-route names it; the excluded tests
+# must fail directly too, the route exclusions through route.
 if [ "$suite" -eq 1 ]; then
-    echo "== [redis suite] Redis's own tests: directly, through ttlguard (1:1 and shared), compared"
-    step "redis suite (direct, 1:1, shared)" plain env TTLG_BIN="$PWD/build/ttlguard" \
-        bash tests/redis-suite/run.sh --mode ttlguard,mux --compare-direct --jobs "$((2 * jobs))"
+    echo "== [redis suite] Redis's own tests: directly, through ttlguard (1:1, shared, cluster = route), compared"
+    step "redis suite (direct, 1:1, shared, route)" plain env TTLG_BIN="$PWD/build/ttlguard" \
+        bash tests/redis-suite/run.sh --mode ttlguard,mux,route --compare-direct --jobs "$((2 * jobs))"
 fi
 # The deployment kit (docker/k8s-sidecar.yaml, config/ttlguard.service,
 # Prometheus rules, Grafana dashboard, man pages), each checked by its own
