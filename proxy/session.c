@@ -1174,7 +1174,8 @@ static void judged_close_multi(struct session *s, enum verdict v, const struct r
     static const char exec[] = "*1\r\n$4\r\nEXEC\r\n";
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
     struct stream_judged *j = s->judged;
-    tob_add(s, j->tail.p, j->tail.len, 1);
+    if (j->tail.len > 0)
+        tob_add(s, j->tail.p, j->tail.len, 1);
     struct pending *e = q_push(s);
     e->kind = PK_INTERNAL;              /* +QUEUED, or the command's refusal */
     e->what = PW_QUEUED;

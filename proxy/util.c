@@ -371,6 +371,8 @@ void ring_free(struct ring *r)
 
 void sbuf_add(struct sbuf *b, const void *p, size_t n)
 {
+    if (n == 0)
+        return;                 /* an empty sbuf has no buffer for memcpy() */
     sbuf_reserve(b, n);
     memcpy(b->p + b->len, p, n);
     b->len += n;
