@@ -887,9 +887,8 @@ static int new_args(const struct request *req, enum cmd_id id, int nf, int *argc
     return modified;
 }
 
-/* The end of the proxy's MULTI: EXPIRE key ttl NX for each protected key
- * (found[0..np)), then EXEC. */
-static void expire_nx_exec(struct sbuf *t, const struct request *req, int np)
+/* EXPIRE key ttl NX for each protected key (found[0..np)). */
+static void expire_nx(struct sbuf *t, const struct request *req, int np)
 {
     for (int i = 0; i < np; i++) {
         sb_str(t, "*4\r\n$6\r\nEXPIRE\r\n");
@@ -897,6 +896,12 @@ static void expire_nx_exec(struct sbuf *t, const struct request *req, int np)
         sb_bulk_u64(t, found[i].rule->ttl);
         sb_str(t, "$2\r\nNX\r\n");
     }
+}
+
+/* The end of the proxy's MULTI: expire_nx(), then EXEC. */
+static void expire_nx_exec(struct sbuf *t, const struct request *req, int np)
+{
+    expire_nx(t, req, np);
     sb_str(t, "*1\r\n$4\r\nEXEC\r\n");
 }
 
@@ -1088,12 +1093,7 @@ static int stream_multi_form(const struct config *cfg, const struct request *hea
         sb_str(&sp->pre, "*1\r\n$5\r\nMULTI\r\n");
         sb_header(&sp->pre, '*', (uint64_t)argc);
         sb_args(&sp->tail, argc - total, nargv + total);
-        for (int i = 0; i < np; i++) {
-            sb_str(&sp->tail, "*4\r\n$6\r\nEXPIRE\r\n");
-            sb_bulk(&sp->tail, argv[found[i].argi].p, argv[found[i].argi].len);
-            sb_bulk_u64(&sp->tail, found[i].rule->ttl);
-            sb_str(&sp->tail, "$2\r\nNX\r\n");
-        }
+        expire_nx(&sp->tail, &req, np);
         sp->queued = 1 + np;
     }
     free(argv);
