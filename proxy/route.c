@@ -277,17 +277,23 @@ static int is_name(const struct request *req, const char *name)
 }
 
 /* Commands without keys that must cover every node to mean what they mean
- * on one server. */
+ * on one server, and route.c does not send there (route_merge.h sends the
+ * others): WAIT and WAITAOF (which writes? the client's went over several
+ * connections). The rest that names no key goes to one primary, whose
+ * answer is the cluster's: an arity or syntax error, SWAPDB's refusal,
+ * FUNCTION LIST of what was loaded on every primary. */
 static int whole_keyspace(const struct request *req)
 {
-    static const char *const names[] = {
-        "dbsize", "keys", "flushall", "flushdb", "script", "function", "wait", "waitaof",
-        "swapdb",
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (is_name(req, names[i]))
-            return 1;
-    return 0;
+    return is_name(req, "wait") || is_name(req, "waitaof");
+}
+
+/* SCRIPT KILL, FUNCTION KILL: a node busy with a script reads no more from
+ * the shared connection that sent it; the kill would need a connection of
+ * its own to each primary (not built). */
+static int script_kill(const struct request *req)
+{
+    return (is_name(req, "script") || is_name(req, "function")) && req->argc == 2 &&
+           slice_eq_nocase(req->argv[1], "kill");
 }
 
 /* Our own reply to the request, in its place. */
@@ -361,6 +367,9 @@ static const char *keyless_refusal(const struct request *req)
 {
     if (cluster_word(req))
         return no_cluster;
+    if (script_kill(req))
+        return "-ERR ttlguard cluster = route does not support %s KILL yet (a node busy "
+               "with a script reads no more from the shared connection that sent it)\r\n";
     if (whole_keyspace(req))
         return "-ERR ttlguard cluster = route does not support %s yet (it must cover "
                "every primary)\r\n";

@@ -23,22 +23,36 @@ enum merge merge_split_kind(const struct slice *name, int *width)
     return MERGE_NONE;
 }
 
+/* Keyless commands that cover every primary: name, subcommand (NULL: none
+ * looked at), the argument counts they take (max -1: any), their merge. */
+static const struct fanout_row {
+    const char *name, *sub;
+    int min, max;
+    enum merge how;
+} fanout_rows[] = {
+    { "dbsize", NULL, 1, 1, MERGE_SUM },
+    { "keys", NULL, 2, 2, MERGE_CONCAT },
+    { "flushall", NULL, 1, 2, MERGE_SAME },
+    { "flushdb", NULL, 1, 2, MERGE_SAME },
+    { "randomkey", NULL, 1, 1, MERGE_FIRST },
+    { "scan", NULL, 2, -1, MERGE_SCAN },
+    { "script", "load", 3, 3, MERGE_SAME },
+    { "script", "flush", 2, 3, MERGE_SAME },
+    { "script", "exists", 3, -1, MERGE_ALL },
+    { "function", "load", 3, 4, MERGE_SAME },
+    { "function", "delete", 3, 3, MERGE_SAME },
+    { "function", "flush", 2, 3, MERGE_SAME },
+    { "function", "restore", 3, 4, MERGE_SAME },
+};
+
 enum merge merge_fanout_kind(int argc, const struct slice *argv)
 {
-    if (argc == 1 && slice_eq_nocase(argv[0], "dbsize"))
-        return MERGE_SUM;
-    if (argc == 2 && slice_eq_nocase(argv[0], "keys"))
-        return MERGE_CONCAT;
-    if ((slice_eq_nocase(argv[0], "flushall") || slice_eq_nocase(argv[0], "flushdb")) &&
-        argc <= 2)
-        return MERGE_SAME;
-    if (argc == 1 && slice_eq_nocase(argv[0], "randomkey"))
-        return MERGE_FIRST;
-    if (argc >= 2 && slice_eq_nocase(argv[0], "scan"))
-        return MERGE_SCAN;
-    if (argc >= 2 && slice_eq_nocase(argv[0], "script") &&
-        (slice_eq_nocase(argv[1], "load") || slice_eq_nocase(argv[1], "flush")))
-        return MERGE_SAME;
+    for (size_t i = 0; i < sizeof fanout_rows / sizeof fanout_rows[0]; i++) {
+        const struct fanout_row *f = &fanout_rows[i];
+        if (slice_eq_nocase(argv[0], f->name) && argc >= f->min &&
+            (f->max < 0 || argc <= f->max) && (f->sub == NULL || slice_eq_nocase(argv[1], f->sub)))
+            return f->how;
+    }
     return MERGE_NONE;
 }
 
@@ -187,18 +201,47 @@ static char *merge_first(const struct merge_reply *r, int n, size_t *len)
     return xmemdup(r[pick].p, r[pick].n);
 }
 
+/* MERGE_ALL: the first part's array, each element :0 where any part's is. */
+static char *merge_all(const struct merge_reply *r, int n, size_t *len)
+{
+    int count = array_count(r[0].p, r[0].n);
+    struct slice *el = xcalloc((size_t)count + 1, sizeof *el), *other = NULL;
+    int got = array_elements(r[0].p, r[0].n, el, count);
+    for (int i = 1; i < n; i++) {
+        other = xrealloc(other, ((size_t)got + 1) * sizeof *other);
+        int m = array_elements(r[i].p, r[i].n, other, got);
+        for (int j = 0; j < m; j++)
+            if (other[j].len == 4 && memcmp(other[j].p, ":0\r\n", 4) == 0)
+                el[j] = other[j];
+    }
+    struct sbuf out = { 0 };
+    char hdr[32];
+    sbuf_add(&out, hdr, (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", got));
+    for (int j = 0; j < got; j++)
+        sbuf_add(&out, el[j].p, el[j].len);
+    free(other);
+    free(el);
+    *len = out.len;
+    return out.p;
+}
+
 char *merge_replies(enum merge how, const struct merge_reply *r, int n, int nkeys,
                     size_t *len)
 {
     if (how == MERGE_FIRST)
         return merge_first(r, n, len);
-    for (int i = 0; i < n; i++) {
+    int bad = -1;                       /* the first error, else what no merge can take */
+    for (int i = 0; i < n && bad < 0; i++)
+        if (r[i].n == 0 || r[i].p[0] == '-')
+            bad = i;
+    for (int i = 0; i < n && bad < 0; i++) {
         int expected = how == MERGE_SUM ? ':' : how == MERGE_SAME ? r[0].p[0] : '*';
-        if (r[i].n == 0 || r[i].p[0] != expected ||
-            (expected == '*' && array_count(r[i].p, r[i].n) < 0)) {
-            *len = r[i].n;              /* an error (or what no merge can take): as it is */
-            return xmemdup(r[i].p, r[i].n);
-        }
+        if (r[i].p[0] != expected || (expected == '*' && array_count(r[i].p, r[i].n) < 0))
+            bad = i;
+    }
+    if (bad >= 0) {
+        *len = r[bad].n;                /* as it is */
+        return xmemdup(r[bad].p, r[bad].n);
     }
     if (how == MERGE_SUM)
         return merge_sum(r, n, len);
@@ -206,5 +249,7 @@ char *merge_replies(enum merge how, const struct merge_reply *r, int n, int nkey
         *len = r[0].n;
         return xmemdup(r[0].p, r[0].n);
     }
+    if (how == MERGE_ALL)
+        return merge_all(r, n, len);
     return merge_arrays(how, r, n, nkeys, len);
 }

@@ -212,9 +212,12 @@ def test_standalone_answers_and_refusals(proxy):
         (("SUBSCRIBE", "ch"), b"ERR ttlguard cluster = route does not support SUBSCRIBE yet"),
         (("CLIENT", "LIST"), b"ERR ttlguard cluster = route does not support CLIENT yet"),
         (("WAIT", "0", "0"), b"ERR ttlguard cluster = route does not support WAIT yet"),
-        (("SCRIPT", "EXISTS", "ab"), b"ERR ttlguard cluster = route does not support SCRIPT "
-                                     b"yet (it must cover every primary)"),
-        (("FUNCTION", "LIST"), b"ERR ttlguard cluster = route does not support FUNCTION yet"),
+        (("WAITAOF", "0", "0", "0"), b"ERR ttlguard cluster = route does not support WAITAOF "
+                                     b"yet"),
+        (("SCRIPT", "KILL"), b"ERR ttlguard cluster = route does not support SCRIPT KILL yet"),
+        (("FUNCTION", "KILL"), b"ERR ttlguard cluster = route does not support FUNCTION KILL"),
+        (("SWAPDB", "0", "1"), b"ERR SWAPDB is not allowed in cluster mode"),
+        (("DBSIZE", "x"), b"ERR wrong number of arguments for 'dbsize' command"),
     ]
     with Conn(proxy.port) as c:
         assert c.cmd("SELECT", "0") == b"OK"
@@ -326,6 +329,39 @@ def test_whole_keyspace_commands_cover_every_primary(cluster, proxy):
         sha = c.cmd("SCRIPT", "LOAD", "return KEYS[1]")
         assert all(c.cmd("EVALSHA", sha, "1", k) == k.encode() for k in keys)
         assert c.cmd("FLUSHDB") == b"OK" and c.cmd("DBSIZE") == 0
+
+
+def test_scripts_and_functions_on_every_primary(cluster, proxy):
+    """SCRIPT EXISTS says 1 only for a script every primary has (EVALSHA may
+    go to any); FUNCTION LOAD, DELETE, FLUSH and RESTORE reach every primary,
+    so FCALL runs on whichever node its key names; FUNCTION LIST and DUMP are
+    one primary's, the same as each node's; an error of one node is the
+    client's, as on one server."""
+    prims = [n["port"] for n in cluster.primaries()]
+    lib = "#!lua name=tl\nredis.register_function('tl_get', function(k) " \
+          "return redis.call('GET', k[1]) end)"
+    keys = ["fn:%d" % i for i in range(30)]
+    with Conn(proxy.port) as c:
+        assert c.cmd("SCRIPT", "FLUSH") == b"OK" and c.cmd("FUNCTION", "FLUSH") == b"OK"
+        everywhere = c.cmd("SCRIPT", "LOAD", "return 7")
+        only_one = cluster.cmd(prims[1], "SCRIPT", "LOAD", "return 8")
+        assert c.cmd("SCRIPT", "EXISTS", everywhere, only_one, "0" * 40) == [1, 0, 0]
+        assert c.cmd("FUNCTION", "LOAD", lib) == b"tl"
+        assert all(cluster.cmd(p, "FUNCTION", "LIST")[0][1] == b"tl" for p in prims)
+        got = c.cmd("FUNCTION", "LOAD", lib)
+        assert isinstance(got, RespError) and got == cluster.cmd(prims[0], "FUNCTION", "LOAD", lib)
+        assert c.cmd("MSET", *[x for k in keys for x in (k, k + "v")]) == b"OK"
+        assert all(c.cmd("FCALL", "tl_get", "1", k) == (k + "v").encode() for k in keys)
+        assert c.cmd("FUNCTION", "LIST") == cluster.cmd(prims[2], "FUNCTION", "LIST")
+        dump = c.cmd("FUNCTION", "DUMP")
+        assert c.cmd("FUNCTION", "DELETE", "tl") == b"OK"
+        assert all(cluster.cmd(p, "FUNCTION", "LIST") == [] for p in prims)
+        assert c.cmd("FUNCTION", "RESTORE", dump) == b"OK"
+        assert all(c.cmd("FCALL", "tl_get", "1", k) == (k + "v").encode() for k in keys)
+        assert c.cmd("FUNCTION", "FLUSH") == b"OK" and c.cmd("SCRIPT", "FLUSH") == b"OK"
+        assert all(cluster.cmd(p, "FUNCTION", "LIST") == [] for p in prims)
+        assert c.cmd("SCRIPT", "EXISTS", everywhere) == [0]
+        assert c.cmd("DEL", *keys) == len(keys)
 
 
 def scan_all(port, *opts, between=None):

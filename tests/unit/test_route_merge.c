@@ -31,7 +31,13 @@ Test(route_merge, kinds)
     cr_assert_eq(merge_fanout_kind(1, dbsize), MERGE_SUM);
     cr_assert_eq(merge_fanout_kind(2, keys), MERGE_CONCAT);
     cr_assert_eq(merge_fanout_kind(3, load), MERGE_SAME);
-    cr_assert_eq(merge_fanout_kind(3, exists), MERGE_NONE);
+    cr_assert_eq(merge_fanout_kind(3, exists), MERGE_ALL);
+    struct slice fload[] = { S("FUNCTION"), S("LOAD"), S("REPLACE"), S("#!lua name=x") };
+    struct slice flist[] = { S("function"), S("list") }, kill[] = { S("SCRIPT"), S("KILL") };
+    cr_assert_eq(merge_fanout_kind(4, fload), MERGE_SAME);
+    cr_assert_eq(merge_fanout_kind(2, flist), MERGE_NONE, "one node's list is every node's");
+    cr_assert_eq(merge_fanout_kind(2, kill), MERGE_NONE);
+    cr_assert_eq(merge_fanout_kind(2, load), MERGE_NONE, "SCRIPT LOAD without a script");
     cr_assert_eq(merge_fanout_kind(2, dbsize), MERGE_NONE, "DBSIZE takes no argument");
     struct slice rk[] = { S("RANDOMKEY") }, scan[] = { S("scan"), S("0"), S("COUNT"), S("5") };
     cr_assert_eq(merge_fanout_kind(1, rk), MERGE_FIRST);
@@ -100,6 +106,19 @@ Test(route_merge, sums_concats_and_errors)
     merged(MERGE_SAME, (struct merge_reply[]){ { "+OK\r\n", 5, NULL, 0 },
                                                { "-OOM no\r\n", 9, NULL, 0 } },
            2, 0, "-OOM no\r\n");
+    merged(MERGE_SAME, (struct merge_reply[]){ { "-ERR Library 'x' already exists\r\n", 33,
+                                                 NULL, 0 },
+                                               { "$1\r\nx\r\n", 7, NULL, 0 } },
+           2, 0, "-ERR Library 'x' already exists\r\n");
+}
+
+Test(route_merge, all_parts_must_say_one)
+{
+    struct merge_reply ex[] = { { "*3\r\n:1\r\n:1\r\n:0\r\n", 16, NULL, 0 },
+                                { "*3\r\n:1\r\n:0\r\n:0\r\n", 16, NULL, 0 },
+                                { "*3\r\n:1\r\n:1\r\n:0\r\n", 16, NULL, 0 } };
+    merged(MERGE_ALL, ex, 3, 0, "*3\r\n:1\r\n:0\r\n:0\r\n");
+    merged(MERGE_ALL, ex, 1, 0, "*3\r\n:1\r\n:1\r\n:0\r\n");
 }
 
 Test(route_merge, first_reply_that_is_not_nil)
