@@ -377,7 +377,16 @@ static const char *keyless_refusal(const struct request *req)
 }
 
 #define MERGE_FAIL 0xff     /* it would cover every primary, and one is down */
-#define MAX_PRIMARIES 256
+
+/* The primaries that serve slots, into a list that holds them all (each
+ * serves one slot at least); their count, or -1 while one is down. */
+static int primaries(struct target ***out)
+{
+    static struct target *all[CLUSTER_SLOTS];
+    const char *down;
+    *out = all;
+    return cluster_primaries(all, CLUSTER_SLOTS, &down);
+}
 
 /* Does the request go as several (split by slot, or to every primary)? Its
  * merge, MERGE_NONE, or MERGE_FAIL. An MSET under rules is judged as one
@@ -386,8 +395,7 @@ static int several(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
     const struct config *cfg = s->ctx->cfg;
-    struct target *t[MAX_PRIMARIES];
-    const char *down;
+    struct target **t;
     enum merge m = MERGE_NONE;
     if (r->slot == SLOT_CROSS) {
         m = merge_split_kind(&req->argv[0], &r->width);
@@ -403,7 +411,7 @@ static int several(struct session *s, const struct request *req)
     }
     if (r->slot == SLOT_NONE)
         m = merge_fanout_kind(req->argc, req->argv);
-    return m != MERGE_NONE && cluster_primaries(t, MAX_PRIMARIES, &down) <= 0 ? MERGE_FAIL : m;
+    return m != MERGE_NONE && primaries(&t) <= 0 ? MERGE_FAIL : m;
 }
 
 /* The node the request goes to becomes s's target (events name it, its
@@ -738,11 +746,12 @@ static uint32_t route_random(void)
 
 /* One part per primary, each the request as it is (route_pick() saw one
  * at least, in this same callback); shuffle: the primaries in random order. */
-static struct merge_part *fanout_parts(const struct request *req, struct target **prim, int *n,
+static struct merge_part *fanout_parts(const struct request *req, struct target ***out, int *n,
                                        int shuffle)
 {
-    const char *down;
-    *n = cluster_primaries(prim, MAX_PRIMARIES, &down);
+    struct target **prim;
+    *n = primaries(&prim);
+    *out = prim;
     ASSERT(*n > 0);
     for (int i = *n - 1; shuffle && i > 0; i--) {
         int j = (int)(route_random() % (uint32_t)(i + 1));
@@ -759,9 +768,10 @@ static struct merge_part *fanout_parts(const struct request *req, struct target 
 }
 
 /* The parts of a request that goes as several: one per slot, one per
- * primary, or SCAN's one step. prim[i]: part i's node when it has no slot. */
+ * primary, or SCAN's one step. (*prim)[i]: part i's node when it has no
+ * slot. */
 static struct merge_part *make_parts(struct route_state *r, const struct request *req,
-                                     struct target **prim, int *n)
+                                     struct target ***prim, int *n)
 {
     if (r->slot == SLOT_CROSS)
         return merge_split(req->argc, req->argv, r->width, key_slot, n);
@@ -770,7 +780,7 @@ static struct merge_part *make_parts(struct route_state *r, const struct request
     struct merge_part *part = xcalloc(1, sizeof *part);
     part->slot = SLOT_NONE;
     scan_request(&part->req, req->argc, req->argv, r->scan_node);
-    prim[0] = r->scan_to;
+    *prim = &r->scan_to;
     *n = 1;
     return part;
 }
@@ -780,9 +790,9 @@ static struct merge_part *make_parts(struct route_state *r, const struct request
 static void commit_parts(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
-    struct target *prim[MAX_PRIMARIES];
+    struct target **prim = NULL;
     int n;
-    struct merge_part *parts = make_parts(r, req, prim, &n);
+    struct merge_part *parts = make_parts(r, req, &prim, &n);
     for (int i = 0; i < n && !s->closing; i++) {
         struct unit *u = unit_new(r, parts[i].slot, 1, &parts[i].req);
         u->holds = 1;
