@@ -191,7 +191,8 @@ static int numkeys_index(const struct cmd_arity *a)
 {
     static const struct { const char *name; int at; } rows[] = {
         { "zunion", 1 }, { "zinter", 1 }, { "zdiff", 1 }, { "zintercard", 1 },
-        { "sintercard", 1 }, { "lmpop", 1 }, { "zmpop", 1 }, { "eval", 2 }, { "evalsha", 2 },
+        { "sintercard", 1 }, { "lmpop", 1 }, { "zmpop", 1 }, { "blmpop", 2 }, { "bzmpop", 2 },
+        { "eval", 2 }, { "evalsha", 2 },
         { "eval_ro", 2 }, { "evalsha_ro", 2 }, { "fcall", 2 }, { "fcall_ro", 2 },
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -240,6 +241,21 @@ static const struct cmd_arity *arity_of(const struct cmd_arities *t, const struc
     return a;
 }
 
+/* Keys COMMAND does not name: DEBUG OBJECT KEY and DEBUG DIGEST-VALUE
+ * KEY... ask the key's node about it. The slot, or SLOT_NONE. */
+static int debug_key_slot(const struct request *req)
+{
+    int slot = SLOT_NONE;
+    if (req->argc < 3 || !slice_eq_nocase(req->argv[0], "debug"))
+        return SLOT_NONE;
+    if (req->argc == 3 && slice_eq_nocase(req->argv[1], "object"))
+        fold_key(&slot, req->argv[2]);
+    else if (slice_eq_nocase(req->argv[1], "digest-value"))
+        for (int i = 2; i < req->argc; i++)
+            fold_key(&slot, req->argv[i]);
+    return slot;
+}
+
 /* The slot of a request's keys: the table's row finds them where it has
  * one (writes, scripts), else COMMAND's key range of the server. */
 static int request_slot(const struct request *req, const struct req_plan *pl)
@@ -266,7 +282,8 @@ static int request_slot(const struct request *req, const struct req_plan *pl)
         if (sub != NULL)
             a = sub;
     }
-    return arity_slot(a, req->argc, req->argv);
+    int slot = arity_slot(a, req->argc, req->argv);
+    return slot == SLOT_NONE ? debug_key_slot(req) : slot;
 }
 
 /* ---- what route.c answers itself ------------------------------------------------- */
@@ -535,14 +552,16 @@ static int queued_needs_own(const struct request *req, const struct req_plan *pl
 
 /* What a node answers itself about the keys of a request over the pin:
  * keys of several slots, or none where it must cover every primary (one
- * node's DBSIZE or FLUSHALL inside MULTI would not mean what it says). */
+ * node's DBSIZE or FLUSHALL inside MULTI would not mean what it says).
+ * CONFIG SET, DEBUG RELOAD, BGSAVE..., which go to every primary outside a
+ * transaction, are the transaction's node's inside one: where it runs. */
 static const char *pinned_slot_refusal(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
     if (r->slot == SLOT_CROSS)
         return route_crossslot;
     const char *no = slot_refusal(s, req);
-    if (no == NULL && r->merge != MERGE_NONE)
+    if (no == NULL && r->merge != MERGE_NONE && !merge_fanout_server(req->argc, req->argv))
         no = "-ERR ttlguard cluster = route does not support %s inside MULTI yet (it must "
              "cover every primary)\r\n";
     return no;
