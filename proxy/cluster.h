@@ -95,7 +95,9 @@ struct cluster_node_info {
 /* Call fn for every node known. */
 void cluster_each(void (*fn)(void *ctx, const struct cluster_node_info *n), void *ctx);
 
-/* The primaries that serve slots, for the background audit (audit_bg.c):
+/* The primaries that serve slots, for the background audit (audit_bg.c:
+ * at most AREP_MAX_NODES, more than Redis Cluster's 1000 nodes) and what
+ * cluster = route sends to every primary (max CLUSTER_SLOTS: all of them):
  * their targets into out (at most max; a target lives until
  * cluster_free()). Returns how many; -1 while no topology read has ended,
  * or while one of them is not online (*down: its name): until a failover

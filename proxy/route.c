@@ -191,7 +191,8 @@ static int numkeys_index(const struct cmd_arity *a)
 {
     static const struct { const char *name; int at; } rows[] = {
         { "zunion", 1 }, { "zinter", 1 }, { "zdiff", 1 }, { "zintercard", 1 },
-        { "sintercard", 1 }, { "lmpop", 1 }, { "zmpop", 1 }, { "eval", 2 }, { "evalsha", 2 },
+        { "sintercard", 1 }, { "lmpop", 1 }, { "zmpop", 1 }, { "blmpop", 2 }, { "bzmpop", 2 },
+        { "eval", 2 }, { "evalsha", 2 },
         { "eval_ro", 2 }, { "evalsha_ro", 2 }, { "fcall", 2 }, { "fcall_ro", 2 },
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -240,6 +241,21 @@ static const struct cmd_arity *arity_of(const struct cmd_arities *t, const struc
     return a;
 }
 
+/* Keys COMMAND does not name: DEBUG OBJECT KEY and DEBUG DIGEST-VALUE
+ * KEY... ask the key's node about it. The slot, or SLOT_NONE. */
+static int debug_key_slot(const struct request *req)
+{
+    int slot = SLOT_NONE;
+    if (req->argc < 3 || !slice_eq_nocase(req->argv[0], "debug"))
+        return SLOT_NONE;
+    if (req->argc == 3 && slice_eq_nocase(req->argv[1], "object"))
+        fold_key(&slot, req->argv[2]);
+    else if (slice_eq_nocase(req->argv[1], "digest-value"))
+        for (int i = 2; i < req->argc; i++)
+            fold_key(&slot, req->argv[i]);
+    return slot;
+}
+
 /* The slot of a request's keys: the table's row finds them where it has
  * one (writes, scripts), else COMMAND's key range of the server. */
 static int request_slot(const struct request *req, const struct req_plan *pl)
@@ -266,7 +282,8 @@ static int request_slot(const struct request *req, const struct req_plan *pl)
         if (sub != NULL)
             a = sub;
     }
-    return arity_slot(a, req->argc, req->argv);
+    int slot = arity_slot(a, req->argc, req->argv);
+    return slot == SLOT_NONE ? debug_key_slot(req) : slot;
 }
 
 /* ---- what route.c answers itself ------------------------------------------------- */
@@ -277,17 +294,23 @@ static int is_name(const struct request *req, const char *name)
 }
 
 /* Commands without keys that must cover every node to mean what they mean
- * on one server. */
+ * on one server, and route.c does not send there (route_merge.h sends the
+ * others): WAIT and WAITAOF (which writes? the client's went over several
+ * connections). The rest that names no key goes to one primary, whose
+ * answer is the cluster's: an arity or syntax error, SWAPDB's refusal,
+ * FUNCTION LIST of what was loaded on every primary. */
 static int whole_keyspace(const struct request *req)
 {
-    static const char *const names[] = {
-        "dbsize", "keys", "flushall", "flushdb", "script", "function", "wait", "waitaof",
-        "swapdb",
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (is_name(req, names[i]))
-            return 1;
-    return 0;
+    return is_name(req, "wait") || is_name(req, "waitaof");
+}
+
+/* SCRIPT KILL, FUNCTION KILL: a node busy with a script reads no more from
+ * the shared connection that sent it; the kill would need a connection of
+ * its own to each primary (not built). */
+static int script_kill(const struct request *req)
+{
+    return (is_name(req, "script") || is_name(req, "function")) && req->argc == 2 &&
+           slice_eq_nocase(req->argv[1], "kill");
 }
 
 /* Our own reply to the request, in its place. */
@@ -361,6 +384,9 @@ static const char *keyless_refusal(const struct request *req)
 {
     if (cluster_word(req))
         return no_cluster;
+    if (script_kill(req))
+        return "-ERR ttlguard cluster = route does not support %s KILL yet (a node busy "
+               "with a script reads no more from the shared connection that sent it)\r\n";
     if (whole_keyspace(req))
         return "-ERR ttlguard cluster = route does not support %s yet (it must cover "
                "every primary)\r\n";
@@ -368,7 +394,16 @@ static const char *keyless_refusal(const struct request *req)
 }
 
 #define MERGE_FAIL 0xff     /* it would cover every primary, and one is down */
-#define MAX_PRIMARIES 256
+
+/* The primaries that serve slots, into a list that holds them all (each
+ * serves one slot at least); their count, or -1 while one is down. */
+static int primaries(struct target ***out)
+{
+    static struct target *all[CLUSTER_SLOTS];
+    const char *down;
+    *out = all;
+    return cluster_primaries(all, CLUSTER_SLOTS, &down);
+}
 
 /* Does the request go as several (split by slot, or to every primary)? Its
  * merge, MERGE_NONE, or MERGE_FAIL. An MSET under rules is judged as one
@@ -377,8 +412,7 @@ static int several(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
     const struct config *cfg = s->ctx->cfg;
-    struct target *t[MAX_PRIMARIES];
-    const char *down;
+    struct target **t;
     enum merge m = MERGE_NONE;
     if (r->slot == SLOT_CROSS) {
         m = merge_split_kind(&req->argv[0], &r->width);
@@ -394,7 +428,7 @@ static int several(struct session *s, const struct request *req)
     }
     if (r->slot == SLOT_NONE)
         m = merge_fanout_kind(req->argc, req->argv);
-    return m != MERGE_NONE && cluster_primaries(t, MAX_PRIMARIES, &down) <= 0 ? MERGE_FAIL : m;
+    return m != MERGE_NONE && primaries(&t) <= 0 ? MERGE_FAIL : m;
 }
 
 /* The node the request goes to becomes s's target (events name it, its
@@ -518,14 +552,16 @@ static int queued_needs_own(const struct request *req, const struct req_plan *pl
 
 /* What a node answers itself about the keys of a request over the pin:
  * keys of several slots, or none where it must cover every primary (one
- * node's DBSIZE or FLUSHALL inside MULTI would not mean what it says). */
+ * node's DBSIZE or FLUSHALL inside MULTI would not mean what it says).
+ * CONFIG SET, DEBUG RELOAD, BGSAVE..., which go to every primary outside a
+ * transaction, are the transaction's node's inside one: where it runs. */
 static const char *pinned_slot_refusal(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
     if (r->slot == SLOT_CROSS)
         return route_crossslot;
     const char *no = slot_refusal(s, req);
-    if (no == NULL && r->merge != MERGE_NONE)
+    if (no == NULL && r->merge != MERGE_NONE && !merge_fanout_server(req->argc, req->argv))
         no = "-ERR ttlguard cluster = route does not support %s inside MULTI yet (it must "
              "cover every primary)\r\n";
     return no;
@@ -729,11 +765,12 @@ static uint32_t route_random(void)
 
 /* One part per primary, each the request as it is (route_pick() saw one
  * at least, in this same callback); shuffle: the primaries in random order. */
-static struct merge_part *fanout_parts(const struct request *req, struct target **prim, int *n,
+static struct merge_part *fanout_parts(const struct request *req, struct target ***out, int *n,
                                        int shuffle)
 {
-    const char *down;
-    *n = cluster_primaries(prim, MAX_PRIMARIES, &down);
+    struct target **prim;
+    *n = primaries(&prim);
+    *out = prim;
     ASSERT(*n > 0);
     for (int i = *n - 1; shuffle && i > 0; i--) {
         int j = (int)(route_random() % (uint32_t)(i + 1));
@@ -750,9 +787,10 @@ static struct merge_part *fanout_parts(const struct request *req, struct target 
 }
 
 /* The parts of a request that goes as several: one per slot, one per
- * primary, or SCAN's one step. prim[i]: part i's node when it has no slot. */
+ * primary, or SCAN's one step. (*prim)[i]: part i's node when it has no
+ * slot. */
 static struct merge_part *make_parts(struct route_state *r, const struct request *req,
-                                     struct target **prim, int *n)
+                                     struct target ***prim, int *n)
 {
     if (r->slot == SLOT_CROSS)
         return merge_split(req->argc, req->argv, r->width, key_slot, n);
@@ -761,7 +799,7 @@ static struct merge_part *make_parts(struct route_state *r, const struct request
     struct merge_part *part = xcalloc(1, sizeof *part);
     part->slot = SLOT_NONE;
     scan_request(&part->req, req->argc, req->argv, r->scan_node);
-    prim[0] = r->scan_to;
+    *prim = &r->scan_to;
     *n = 1;
     return part;
 }
@@ -771,9 +809,9 @@ static struct merge_part *make_parts(struct route_state *r, const struct request
 static void commit_parts(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
-    struct target *prim[MAX_PRIMARIES];
+    struct target **prim = NULL;
     int n;
-    struct merge_part *parts = make_parts(r, req, prim, &n);
+    struct merge_part *parts = make_parts(r, req, &prim, &n);
     for (int i = 0; i < n && !s->closing; i++) {
         struct unit *u = unit_new(r, parts[i].slot, 1, &parts[i].req);
         u->holds = 1;

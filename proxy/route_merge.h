@@ -27,6 +27,10 @@ enum merge {
     MERGE_FIRST,        /* the first reply that is not nil (RANDOMKEY: parts in random
                            order) */
     MERGE_SCAN,         /* one primary's page, its cursor rewritten (route_scan.h) */
+    MERGE_ALL,          /* arrays of 1 and 0, 1 where every part has 1 (SCRIPT EXISTS:
+                           EVALSHA runs on whichever node the keys name) */
+    MERGE_INFO,         /* INFO: the first part's text, its counts of keys, clients and
+                           requests summed over the parts (route_merge.c info_sums) */
 };
 
 /* A command route.c splits by slot when its keys lie in several: its merge
@@ -34,8 +38,14 @@ enum merge {
 enum merge merge_split_kind(const struct slice *name, int *width);
 
 /* A command without keys that covers every primary, or MERGE_NONE (SCAN:
- * one primary after the other, a request at a time). */
+ * one primary after the other, a request at a time). Scripts and functions
+ * are loaded, flushed and asked for on every primary, as a cluster client
+ * does: a script's keys may name any node. */
 enum merge merge_fanout_kind(int argc, const struct slice *argv);
+
+/* 1 for such a command that sets or keeps up the server (CONFIG SET, DEBUG
+ * RELOAD, BGSAVE...): inside MULTI, the transaction's node's. */
+int merge_fanout_server(int argc, const struct slice *argv);
 
 /* One part of a split request. */
 struct merge_part {

@@ -212,9 +212,12 @@ def test_standalone_answers_and_refusals(proxy):
         (("SUBSCRIBE", "ch"), b"ERR ttlguard cluster = route does not support SUBSCRIBE yet"),
         (("CLIENT", "LIST"), b"ERR ttlguard cluster = route does not support CLIENT yet"),
         (("WAIT", "0", "0"), b"ERR ttlguard cluster = route does not support WAIT yet"),
-        (("SCRIPT", "EXISTS", "ab"), b"ERR ttlguard cluster = route does not support SCRIPT "
-                                     b"yet (it must cover every primary)"),
-        (("FUNCTION", "LIST"), b"ERR ttlguard cluster = route does not support FUNCTION yet"),
+        (("WAITAOF", "0", "0", "0"), b"ERR ttlguard cluster = route does not support WAITAOF "
+                                     b"yet"),
+        (("SCRIPT", "KILL"), b"ERR ttlguard cluster = route does not support SCRIPT KILL yet"),
+        (("FUNCTION", "KILL"), b"ERR ttlguard cluster = route does not support FUNCTION KILL"),
+        (("SWAPDB", "0", "1"), b"ERR SWAPDB is not allowed in cluster mode"),
+        (("DBSIZE", "x"), b"ERR wrong number of arguments for 'dbsize' command"),
     ]
     with Conn(proxy.port) as c:
         assert c.cmd("SELECT", "0") == b"OK"
@@ -326,6 +329,116 @@ def test_whole_keyspace_commands_cover_every_primary(cluster, proxy):
         sha = c.cmd("SCRIPT", "LOAD", "return KEYS[1]")
         assert all(c.cmd("EVALSHA", sha, "1", k) == k.encode() for k in keys)
         assert c.cmd("FLUSHDB") == b"OK" and c.cmd("DBSIZE") == 0
+
+
+def test_scripts_and_functions_on_every_primary(cluster, proxy):
+    """SCRIPT EXISTS says 1 only for a script every primary has (EVALSHA may
+    go to any); FUNCTION LOAD, DELETE, FLUSH and RESTORE reach every primary,
+    so FCALL runs on whichever node its key names; FUNCTION LIST and DUMP are
+    one primary's, the same as each node's; an error of one node is the
+    client's, as on one server."""
+    prims = [n["port"] for n in cluster.primaries()]
+    lib = "#!lua name=tl\nredis.register_function('tl_get', function(k) " \
+          "return redis.call('GET', k[1]) end)"
+    keys = ["fn:%d" % i for i in range(30)]
+    with Conn(proxy.port) as c:
+        assert c.cmd("SCRIPT", "FLUSH") == b"OK" and c.cmd("FUNCTION", "FLUSH") == b"OK"
+        everywhere = c.cmd("SCRIPT", "LOAD", "return 7")
+        only_one = cluster.cmd(prims[1], "SCRIPT", "LOAD", "return 8")
+        assert c.cmd("SCRIPT", "EXISTS", everywhere, only_one, "0" * 40) == [1, 0, 0]
+        assert c.cmd("FUNCTION", "LOAD", lib) == b"tl"
+        assert all(cluster.cmd(p, "FUNCTION", "LIST")[0][1] == b"tl" for p in prims)
+        got = c.cmd("FUNCTION", "LOAD", lib)
+        assert isinstance(got, RespError) and got == cluster.cmd(prims[0], "FUNCTION", "LOAD", lib)
+        assert c.cmd("MSET", *[x for k in keys for x in (k, k + "v")]) == b"OK"
+        assert all(c.cmd("FCALL", "tl_get", "1", k) == (k + "v").encode() for k in keys)
+        assert c.cmd("FUNCTION", "LIST") == cluster.cmd(prims[2], "FUNCTION", "LIST")
+        dump = c.cmd("FUNCTION", "DUMP")
+        assert c.cmd("FUNCTION", "DELETE", "tl") == b"OK"
+        assert all(cluster.cmd(p, "FUNCTION", "LIST") == [] for p in prims)
+        assert c.cmd("FUNCTION", "RESTORE", dump) == b"OK"
+        assert all(c.cmd("FCALL", "tl_get", "1", k) == (k + "v").encode() for k in keys)
+        assert c.cmd("FUNCTION", "FLUSH") == b"OK" and c.cmd("SCRIPT", "FLUSH") == b"OK"
+        assert all(cluster.cmd(p, "FUNCTION", "LIST") == [] for p in prims)
+        assert c.cmd("SCRIPT", "EXISTS", everywhere) == [0]
+        assert c.cmd("DEL", *keys) == len(keys)
+
+
+def test_config_set_and_debug_reach_the_nodes_they_mean(cluster, proxy):
+    """CONFIG SET reaches every primary (a server's setting, through one
+    address: each node the keys may be on takes it), CONFIG GET one of them;
+    DEBUG OBJECT KEY asks the key's node; a blocking command with the wrong
+    argument count gets the node's own arity error."""
+    prims = [n["port"] for n in cluster.primaries()]
+    keys = ["cfg:%d" % i for i in range(20)]
+    before = cluster.cmd(prims[0], "CONFIG", "GET", "hash-max-listpack-entries")[1]
+    with Conn(proxy.port) as c:
+        try:
+            assert c.cmd("CONFIG", "SET", "hash-max-listpack-entries", "1") == b"OK"
+            assert all(cluster.cmd(p, "CONFIG", "GET", "hash-max-listpack-entries") ==
+                       [b"hash-max-listpack-entries", b"1"] for p in prims)
+            assert c.cmd("CONFIG", "GET", "hash-max-listpack-entries")[1] == b"1"
+            for k in keys:
+                assert c.cmd("HSET", k, "a", "1", "b", "2") == 2
+                got = c.cmd("DEBUG", "OBJECT", k)
+                assert b"encoding:hashtable" in got, (k, got)
+                node = cluster.owner_of_slot(key_slot(k))["port"]
+                assert cluster.cmd(node, "DEBUG", "OBJECT", k).split(b" ")[:4] == \
+                    got.split(b" ")[:4]
+            bad = c.cmd("CONFIG", "SET", "hash-max-listpack-entries", "nope")
+            assert isinstance(bad, RespError) and bad == cluster.cmd(
+                prims[1], "CONFIG", "SET", "hash-max-listpack-entries", "nope")
+        finally:
+            assert c.cmd("CONFIG", "SET", "hash-max-listpack-entries", before) == b"OK"
+        assert c.cmd("DEL", *keys) == len(keys)
+        for args in (("BZMPOP", "0", "2", "x"), ("BLMPOP", "0", "5", "a", "LEFT")):
+            got = c.cmd(*args)
+            assert isinstance(got, RespError) and got == cluster.cmd(prims[0], *args), (args, got)
+
+
+def _info(text):
+    """INFO's text as a dict of its name:value lines."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    return dict(l.split(":", 1) for l in text.splitlines() if ":" in l and not l.startswith("#"))
+
+
+def test_info_counts_the_whole_cluster(cluster, proxy):
+    """INFO through route: the keyspace, clients and command counts are the
+    sums over the primaries (one server's INFO counts everything it holds),
+    a client blocked through ttlguard shows in blocked_clients whichever
+    node it waits on; the rest (version, role) is one primary's, with node
+    addresses hidden. RESP3's verbatim text too."""
+    prims = [n["port"] for n in cluster.primaries()]
+    keys = ["inf:%d" % i for i in range(40)]
+    with Conn(proxy.port) as c, Conn(proxy.port) as b:
+        assert c.cmd("FLUSHALL") == b"OK"
+        assert c.cmd("MSET", *[x for k in keys for x in (k, "v")]) == b"OK"
+        for k in keys[:10]:
+            assert c.cmd("EXPIRE", k, "1000") == 1
+        got = _info(c.cmd("INFO", "keyspace"))
+        keys_on = [_info(cluster.cmd(p, "INFO", "keyspace")).get("db0", "keys=0") for p in prims]
+        assert sum(int(v.split(",")[0].split("=")[1]) for v in keys_on) == 40
+        assert got["db0"].startswith("keys=40,expires=10,avg_ttl="), got
+        lst = keys[0] + ":list"
+        port = cluster.owner_of_slot(key_slot(lst))["port"]
+        b.send(enc("BLPOP", lst, "0"))
+        wait_blocked(port, "blpop")
+        wait_for(lambda: _info(c.cmd("INFO", "clients"))["blocked_clients"] == "1",
+                 timeout=5, what="blocked_clients through route")
+        assert c.cmd("LPUSH", lst, "x") == 1
+        assert b.replies(1) == [[lst.encode(), b"x"]]
+        wait_for(lambda: _info(c.cmd("INFO", "clients"))["blocked_clients"] == "0",
+                 timeout=5, what="blocked_clients back to 0")
+        everything = _info(c.cmd("INFO", "everything"))
+        one = _info(cluster.cmd(prims[0], "INFO", "everything"))
+        assert everything["redis_version"] == one["redis_version"]
+        assert everything["role"] == "master" and everything["maxclients"] == one["maxclients"]
+        assert int(everything["total_commands_processed"]) > int(one["total_commands_processed"])
+        assert not isinstance(c.cmd("HELLO", "3"), RespError)
+        got3 = c.cmd("INFO", "keyspace")
+        assert _info(got3)["db0"].startswith("keys=40,expires=10,"), got3
+        assert c.cmd("DEL", *keys) == 40
 
 
 def scan_all(port, *opts, between=None):

@@ -511,17 +511,6 @@ INI
   # port of its own test server; drop that probe so every port stays in the slot's range.
   sed -i 's/\[catch {set fd2 \[socket -server 127.0.0.1 \[expr \$port+10000\]\]}\]/0/; s/^\( *\)close \$fd2$/\1# close $fd2/' \
     "$tree/tests/support/util.tcl"
-  # Every start_server block of external mode begins with FLUSHALL and FUNCTION FLUSH;
-  # cluster = route refuses FUNCTION (not built yet, issue 27). The cluster modes let
-  # exactly that refusal pass (no unit of units-route loads a function), any other
-  # error still fails the block.
-  if is_cluster "$mode"; then
-    sed -i 's/^\( *\)r function flush$/\1if {[catch {r function flush} e] \&\& ![string match {*cluster = route does not support FUNCTION*} $e]} {error $e}/' \
-      "$tree/tests/support/server.tcl"
-    grep -q 'catch {r function flush}' "$tree/tests/support/server.tcl" ||
-      fatal+="the suite's support/server.tcl has no 'r function flush' line to adapt for the cluster modes; "
-  fi
-
   local -a args=(--host 127.0.0.1 --port "$target" --durable --single "$unit" --clients 1
                  --timeout "$noprogress" --baseport $((b + 40)) --portcount 10)
   is_cluster "$mode" && args+=(--cluster-mode)

@@ -3,6 +3,7 @@
  * positions), and the merge of the parts' replies, RESP2 and RESP3.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +32,13 @@ Test(route_merge, kinds)
     cr_assert_eq(merge_fanout_kind(1, dbsize), MERGE_SUM);
     cr_assert_eq(merge_fanout_kind(2, keys), MERGE_CONCAT);
     cr_assert_eq(merge_fanout_kind(3, load), MERGE_SAME);
-    cr_assert_eq(merge_fanout_kind(3, exists), MERGE_NONE);
+    cr_assert_eq(merge_fanout_kind(3, exists), MERGE_ALL);
+    struct slice fload[] = { S("FUNCTION"), S("LOAD"), S("REPLACE"), S("#!lua name=x") };
+    struct slice flist[] = { S("function"), S("list") }, kill[] = { S("SCRIPT"), S("KILL") };
+    cr_assert_eq(merge_fanout_kind(4, fload), MERGE_SAME);
+    cr_assert_eq(merge_fanout_kind(2, flist), MERGE_NONE, "one node's list is every node's");
+    cr_assert_eq(merge_fanout_kind(2, kill), MERGE_NONE);
+    cr_assert_eq(merge_fanout_kind(2, load), MERGE_NONE, "SCRIPT LOAD without a script");
     cr_assert_eq(merge_fanout_kind(2, dbsize), MERGE_NONE, "DBSIZE takes no argument");
     struct slice rk[] = { S("RANDOMKEY") }, scan[] = { S("scan"), S("0"), S("COUNT"), S("5") };
     cr_assert_eq(merge_fanout_kind(1, rk), MERGE_FIRST);
@@ -100,6 +107,19 @@ Test(route_merge, sums_concats_and_errors)
     merged(MERGE_SAME, (struct merge_reply[]){ { "+OK\r\n", 5, NULL, 0 },
                                                { "-OOM no\r\n", 9, NULL, 0 } },
            2, 0, "-OOM no\r\n");
+    merged(MERGE_SAME, (struct merge_reply[]){ { "-ERR Library 'x' already exists\r\n", 33,
+                                                 NULL, 0 },
+                                               { "$1\r\nx\r\n", 7, NULL, 0 } },
+           2, 0, "-ERR Library 'x' already exists\r\n");
+}
+
+Test(route_merge, all_parts_must_say_one)
+{
+    struct merge_reply ex[] = { { "*3\r\n:1\r\n:1\r\n:0\r\n", 16, NULL, 0 },
+                                { "*3\r\n:1\r\n:0\r\n:0\r\n", 16, NULL, 0 },
+                                { "*3\r\n:1\r\n:1\r\n:0\r\n", 16, NULL, 0 } };
+    merged(MERGE_ALL, ex, 3, 0, "*3\r\n:1\r\n:0\r\n:0\r\n");
+    merged(MERGE_ALL, ex, 1, 0, "*3\r\n:1\r\n:1\r\n:0\r\n");
 }
 
 Test(route_merge, first_reply_that_is_not_nil)
@@ -111,4 +131,50 @@ Test(route_merge, first_reply_that_is_not_nil)
     merged(MERGE_FIRST, some + 1, 1, 0, "_\r\n");
     struct merge_reply err[] = { { "$1\r\nk\r\n", 7, NULL, 0 }, { "-LOADING x\r\n", 12, NULL, 0 } };
     merged(MERGE_FIRST, err, 2, 0, "-LOADING x\r\n");
+}
+
+Test(route_merge, info_sums_counts_and_keyspace)
+{
+    static const char a[] = "# Server\r\nredis_version:7.0.15\r\n\r\n# Clients\r\n"
+                            "connected_clients:3\r\nblocked_clients:1\r\n"
+                            "maxclients:10000\r\n\r\n# Keyspace\r\n";
+    static const char b[] = "# Server\r\nredis_version:7.0.15\r\n\r\n# Clients\r\n"
+                            "connected_clients:4\r\nblocked_clients:0\r\n"
+                            "maxclients:10000\r\n\r\n# Keyspace\r\n"
+                            "db0:keys=10,expires=2,avg_ttl=1000\r\n";
+    static const char c[] = "# Server\r\nredis_version:7.0.15\r\n\r\n# Clients\r\n"
+                            "connected_clients:1\r\nblocked_clients:2\r\n"
+                            "maxclients:10000\r\n\r\n# Keyspace\r\n"
+                            "db0:keys=5,expires=2,avg_ttl=3000\r\n";
+    char ra[256], rb[256], rc[256], r3[256];
+    int na = snprintf(ra, sizeof ra, "$%zu\r\n%s\r\n", sizeof a - 1, a);
+    int nb = snprintf(rb, sizeof rb, "$%zu\r\n%s\r\n", sizeof b - 1, b);
+    int nc = snprintf(rc, sizeof rc, "$%zu\r\n%s\r\n", sizeof c - 1, c);
+    int n3 = snprintf(r3, sizeof r3, "=%zu\r\ntxt:%s\r\n", sizeof c - 1 + 4, c);
+    static const char want[] = "# Server\r\nredis_version:7.0.15\r\n\r\n# Clients\r\n"
+                               "connected_clients:8\r\nblocked_clients:3\r\n"
+                               "maxclients:10000\r\n\r\n# Keyspace\r\n"
+                               "db0:keys=15,expires=4,avg_ttl=2000\r\n";
+    char w[256];
+    snprintf(w, sizeof w, "$%zu\r\n%s\r\n", sizeof want - 1, want);
+    struct merge_reply r[] = { { ra, (size_t)na, NULL, 0 }, { rb, (size_t)nb, NULL, 0 },
+                               { rc, (size_t)nc, NULL, 0 } };
+    merged(MERGE_INFO, r, 3, 0, w);
+    struct merge_reply resp3[] = { { r3, (size_t)n3, NULL, 0 }, { r3, (size_t)n3, NULL, 0 } };
+    snprintf(w, sizeof w, "=%zu\r\ntxt:%s\r\n", sizeof c - 1 + 4, c);
+    merged(MERGE_INFO, resp3, 1, 0, w);     /* one part: as it is */
+    static const char twice[] = "# Server\r\nredis_version:7.0.15\r\n\r\n# Clients\r\n"
+                                "connected_clients:2\r\nblocked_clients:4\r\n"
+                                "maxclients:10000\r\n\r\n# Keyspace\r\n"
+                                "db0:keys=10,expires=4,avg_ttl=3000\r\n";
+    snprintf(w, sizeof w, "=%zu\r\ntxt:%s\r\n", sizeof twice - 1 + 4, twice);
+    merged(MERGE_INFO, resp3, 2, 0, w);     /* RESP3's verbatim text */
+    static const char p1[] = "$58\r\naof_rewrite_in_progress:0\r\nrdb_changes_since_last_save:3\r\n\r\n";
+    static const char p2[] = "$58\r\naof_rewrite_in_progress:1\r\nrdb_changes_since_last_save:4\r\n\r\n";
+    struct merge_reply flags[] = { { p1, sizeof p1 - 1, NULL, 0 }, { p2, sizeof p2 - 1, NULL, 0 },
+                                   { p1, sizeof p1 - 1, NULL, 0 } };
+    merged(MERGE_INFO, flags, 3, 0,
+           "$59\r\naof_rewrite_in_progress:1\r\nrdb_changes_since_last_save:10\r\n\r\n");
+    struct merge_reply err[] = { { ra, (size_t)na, NULL, 0 }, { "-LOADING x\r\n", 12, NULL, 0 } };
+    merged(MERGE_INFO, err, 2, 0, "-LOADING x\r\n");
 }
