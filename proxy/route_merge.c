@@ -27,7 +27,9 @@ enum merge merge_fanout_kind(int argc, const struct slice *argv)
 {
     if (argc == 1 && slice_eq_nocase(argv[0], "dbsize"))
         return MERGE_SUM;
-    if (argc == 2 && slice_eq_nocase(argv[0], "keys"))
+    if ((argc == 2 && slice_eq_nocase(argv[0], "keys")) ||
+        ((argc == 2 || argc == 3) && slice_eq_nocase(argv[0], "pubsub") &&
+         slice_eq_nocase(argv[1], "shardchannels")))
         return MERGE_CONCAT;
     if ((slice_eq_nocase(argv[0], "flushall") || slice_eq_nocase(argv[0], "flushdb")) &&
         argc <= 2)
