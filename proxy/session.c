@@ -1036,13 +1036,15 @@ static int answer_sentinel(struct session *s, const struct request *req)
 }
 
 /* cluster = route: a subscriber is on a connection of its own to its
- * subscriptions' node (ROUTE_OWN). route.c answers what that node cannot;
- * one with no subscription left is routed again once owed nothing (not
+ * subscriptions' node (ROUTE_OWN). route.c answers what that node cannot
+ * (ps: what Redis does with the request in the subscriber's context); one
+ * with no subscription left is routed again once owed nothing (not
  * mid-push: its connection closes). Returns 1 when handled (*h). */
 static int routed_own(struct session *s, const struct request *req, const struct req_plan *pl,
-                      enum handled *h)
+                      enum pubsub_verdict ps, enum handled *h)
 {
-    int r = route_subscribed(s, req, pl, needs_own(req, pl));
+    int r = ps == PS_REFUSED ? route_sub_refused(s, req, pl) :
+            route_subscribed(s, req, pl, needs_own(req, pl));
     if (r == ROUTE_BACK && !reply_in_progress(s)) {
         bconn_close(&s->be);
         session_set_mode(s, SM_SHARED);
@@ -1070,16 +1072,12 @@ static enum handled handle_request(struct session *s, const struct request *req)
         enum pubsub_verdict ps = pubsub_context(s, pl.id);
         if (ps == PS_UNKNOWN)
             return HR_WAIT;
-        if (ps == PS_REFUSED && s->route != NULL && route_sub_refused(s, req, &pl)) {
-            s->ctx->stats.requests++;
-            return HR_DONE;
-        }
+        if (s->route != NULL && routed_own(s, req, &pl, ps, &h))
+            return h;
         if (ps == PS_REFUSED) {
             forward_refused(s, req);
             return HR_DONE;
         }
-        if (s->route != NULL && routed_own(s, req, &pl, &h))
-            return h;
     }
     if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
         return h;
