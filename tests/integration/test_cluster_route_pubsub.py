@@ -32,8 +32,8 @@ import redis
 
 import harness
 from harness import Conn, RespError, RespPush, enc, slow, wait_for
-from cluster_util import Cluster
-from test_cluster_route import RoutedProxy, cli
+from cluster_util import Cluster, key_slot
+from test_cluster_route import RoutedProxy, _finish_slot, cli
 
 CROSSSLOT = b"CROSSSLOT Keys in request don't hash to the same slot"
 SUB_LIMIT = b"ERR ttlguard cluster = route: a subscribed connection stays on its subscriptions'"
@@ -155,6 +155,29 @@ def test_ssubscribe_and_spublish_on_every_primary(cluster, proxy):
     assert c.cmd("SSUBSCRIBE", channel_on(cluster, prims[0], "sch3:"))[2] == 2
     for c in subs:
         c.close()
+
+
+def test_a_shard_subscriber_whose_slot_moves(cluster, proxy):
+    """A node that gives a slot away unsubscribes its shard channels'
+    subscribers (an SUNSUBSCRIBE confirmation nobody asked for): through the
+    proxy as on a direct connection, and the client is no subscriber then:
+    its next commands run, routed."""
+    src, dst = cluster.primaries()[1], cluster.primaries()[2]
+    ch = channel_on(cluster, src, "mv:")        # a slot without keys: it moves at once
+    slot = key_slot(ch)
+    other = cluster.key_for_slot_owner(dst, prefix="mv-k:")
+    with Conn(proxy.port) as c, Conn(src["port"]) as d:
+        assert c.cmd("SET", other, "v") == b"OK"
+        assert c.cmd("SSUBSCRIBE", ch) == d.cmd("SSUBSCRIBE", ch) == [b"ssubscribe",
+                                                                      ch.encode(), 1]
+        try:
+            _finish_slot(cluster, slot, dst)
+            assert c.reply() == d.reply() == [b"sunsubscribe", ch.encode(), 0]
+            assert c.cmd("PING") == d.cmd("PING") == b"PONG"
+            assert c.cmd("GET", other) == b"v"
+        finally:
+            _finish_slot(cluster, slot, src)
+            cluster.wait_stable()
 
 
 def test_resp2_subscriber_refusals_and_back_to_routing(cluster, proxy):
