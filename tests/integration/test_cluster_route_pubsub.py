@@ -14,6 +14,8 @@ slot. What is checked against the real nodes:
     own answers, and count the proxy's subscribers;
   - SSUBSCRIBE/SPUBLISH on channels of every primary; channels of several
     slots get the node's own -CROSSSLOT, one of another node a named error;
+    a shard subscriber whose slot moves away is unsubscribed by the node as
+    on a direct connection, and routed again;
   - a RESP2 subscriber gets Redis's own refusal for other commands; after
     unsubscribing from everything it is routed again (keys of every primary);
   - a RESP3 subscriber's pushes come in the same places as on a direct
