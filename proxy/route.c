@@ -620,7 +620,7 @@ static int pick_pinned(struct session *s, const struct request *req, const struc
 /* ---- pub/sub: a subscriber's connection of its own ------------------------------ */
 
 static const char sub_limit[] = "-ERR ttlguard cluster = route: a subscribed connection stays "
-                                "on its subscriptions' node; %s of another node's keys or of "
+                                "on its subscriptions' node; %s for another node's slot or "
                                 "every primary is not supported there yet\r\n";
 
 static int subscription(enum cmd_id id)
