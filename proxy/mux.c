@@ -206,7 +206,8 @@ static void mux_ready(struct bconn *b)
 /* cluster = route: the reply goes to its request's place in the session
  * (route.c); the entry is popped first, as route_reply() may send more on
  * this connection (a redirect followed). Pushes are nobody's: the commands
- * that ask for them are refused in that mode. */
+ * that ask for them are refused in that mode, or (pub/sub) go over a
+ * connection of the session's own. */
 static void mux_routed_reply(struct mux *m, const char *p, size_t n, int done, char type,
                              int start)
 {

@@ -15,7 +15,8 @@
  *                     │ cluster: topology replies and redirects held whole and
  *                     │ rewritten (cluster.c)
  *                     └ done ──▶ reply_done: unpaired? (push, pub/sub message,
- *                                MONITOR line) else apply_reply, pop the head
+ *                                MONITOR line, a node's own SUNSUBSCRIBE) else
+ *                                apply_reply, pop the head
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -44,6 +45,17 @@ static int unpaired_reply(struct session *s, char type, const struct pending *he
             return 1;
     }
     return 0;
+}
+
+/* RESP2: an SUNSUBSCRIBE confirmation that no request asked for. A cluster
+ * node sends one to each subscriber of a shard channel whose slot it gives
+ * away (RESP3: a push, counted as any); the subscriber may be one no more. */
+static int node_sunsubscribe(const struct session *s, char type, const struct pending *head)
+{
+    static const char hdr[] = "$12\r\nsunsubscribe\r\n";
+    return !s->resp3 && type == '*' && s->nshard > 0 &&
+           !(head != NULL && head->what == PW_SUB && head->subkind == SUB_SHARD) &&
+           s->peeklen >= 4 + sizeof hdr - 1 && memcmp(s->peek + 4, hdr, sizeof hdr - 1) == 0;
 }
 
 /* Subscription confirmation: *3 (RESP2) or >3 (RESP3), $N <kind>, <name or
@@ -205,9 +217,10 @@ static void rewrite_refused(struct session *s)
 static void reply_done(struct session *s, char type)
 {
     struct pending *head = q_head(s);
-    if (type == '>')
+    int unasked = node_sunsubscribe(s, type, head);
+    if (type == '>' || unasked)
         apply_confirmation(s);      /* RESP3: counted too, for a HELLO 2 later */
-    if (unpaired_reply(s, type, head) || head == NULL)
+    if (unasked || unpaired_reply(s, type, head) || head == NULL)
         return;         /* a push, or unsolicited (an error before the server closes) */
     ASSERT(head->kind != PK_LOCAL);
     if (type == '-' && head->kind == PK_INTERNAL && head->rewritten &&

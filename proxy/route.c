@@ -49,11 +49,33 @@
  * like any other; only a transaction's redirects are not followed (the
  * node flagged it), a blocking command's move the pin.
  *
+ * Pub/sub keeps its meaning. A cluster sends PUBLISH to every node, so a
+ * subscriber leaves routing for a connection of its own to one node (the
+ * way a shared session leaves for pub/sub: session.c, SM_OWN, s->route
+ * kept), where mirror.c and reply.c do what they do for any subscriber
+ * (RESP2 subscriber mode, RESP3 pushes):
+ *
+ *   SUBSCRIBE, PSUBSCRIBE ───▶ own connection to SLOT_CLASSIC's owner (one node
+ *                              for everyone: PUBLISH and PUBSUB CHANNELS|NUMSUB|
+ *                              NUMPAT go there too, their counts are the proxy's)
+ *   SSUBSCRIBE ──────────────▶ own connection to its channels' slot's owner
+ *   a later subscription elsewhere (SSUBSCRIBE of another node's slot, SUBSCRIBE
+ *   on an SSUBSCRIBE's node that is not slot 0's): an error; one connection each
+ *   none left, owed nothing ─▶ routed again (route_subscribed(): ROUTE_BACK)
+ *
+ * A RESP2 subscriber runs only (P|S)(UN)SUBSCRIBE, PING, QUIT, RESET: the
+ * rest gets Redis's own refusal (from the node, or here when the node would
+ * say -MOVED first). A RESP3 subscriber's other commands go to its node
+ * when that node answers them as the cluster would (keys of its slots, no
+ * whole keyspace), else an error says so. A subscriber's node that goes
+ * away closes its client, as Redis going away does.
+ *
  * What route.c does not build yet is refused before anything is sent, with
- * an error that says so (route_pick(): pub/sub, MONITOR, CLIENT but SETINFO
- * and NO-EVICT, AUTH, HELLO with AUTH or SETNAME, RESET, WAIT, WAITAOF, and
- * inside MULTI HELLO and what would cover every primary); other keys in
- * several slots get the cluster's own -CROSSSLOT.
+ * an error that says so (route_pick(): MONITOR, CLIENT but SETINFO and
+ * NO-EVICT, AUTH, HELLO with AUTH or SETNAME, RESET, WAIT, WAITAOF, a
+ * subscription after WATCH, and inside MULTI HELLO, pub/sub and what would
+ * cover every primary); other keys in several slots get the cluster's own
+ * -CROSSSLOT.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +100,10 @@
 #define SLOT_NONE       (-1)            /* the request names no key */
 #define SLOT_CROSS      (-2)            /* ...keys of several slots */
 #define SLOT_UNKNOWN    (-3)            /* ...keys the proxy cannot find */
+#define SLOT_CLASSIC    0               /* SUBSCRIBE, PSUBSCRIBE and PUBSUB CHANNELS|NUMSUB|
+                                           NUMPAT go to this slot's owner: one node for every
+                                           session, so that PUBSUB counts what clients of the
+                                           proxy subscribed */
 
 const char route_crossslot[] = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
 const char route_unserved[] = "-CLUSTERDOWN Hash slot not served\r\n";
@@ -256,12 +282,51 @@ static int debug_key_slot(const struct request *req)
     return slot;
 }
 
+/* COMMAND's entry for the request: its subcommand's, if it has one. */
+static const struct cmd_arity *request_arity(const struct request *req,
+                                             const struct req_plan *pl)
+{
+    const struct cmd_arities *t = &control_login()->cmds;
+    const struct cmd_arity *a = arity_of(t, pl->ci, req->argv[0]);
+    if (a != NULL && a->container && req->argc >= 2) {
+        const struct cmd_arity *sub = arities_find_sub(t, a, req->argv[1].p, req->argv[1].len);
+        if (sub != NULL)
+            a = sub;
+    }
+    return a;
+}
+
+/* PUBSUB CHANNELS, NUMSUB and NUMPAT go to SLOT_CLASSIC's node, where the
+ * classic subscriptions are (and PUBLISH: request_slot()), so that their
+ * counts are the proxy's clients', as one server's would be. SHARDNUMSUB
+ * asks its channels' slot; the others name none (SHARDCHANNELS goes to
+ * every primary). */
+static int pubsub_slot(const struct request *req)
+{
+    int slot = SLOT_NONE;
+    if (req->argc < 2)
+        return SLOT_NONE;
+    struct slice w = req->argv[1];
+    if (slice_eq_nocase(w, "channels") || slice_eq_nocase(w, "numsub") ||
+        slice_eq_nocase(w, "numpat"))
+        return SLOT_CLASSIC;
+    for (int i = 2; i < req->argc && slice_eq_nocase(w, "shardnumsub"); i++)
+        fold_key(&slot, req->argv[i]);
+    return slot;
+}
+
 /* The slot of a request's keys: the table's row finds them where it has
- * one (writes, scripts), else COMMAND's key range of the server. */
+ * one (writes, scripts), else COMMAND's key range of the server. PUBLISH,
+ * which any node sends to every node, goes where SUBSCRIBE does: its
+ * count of receivers is then the proxy's clients'. */
 static int request_slot(const struct request *req, const struct req_plan *pl)
 {
     static struct key_ref *keys;
     static int cap;
+    if (slice_eq_nocase(req->argv[0], "publish"))
+        return SLOT_CLASSIC;
+    if (slice_eq_nocase(req->argv[0], "pubsub"))
+        return pubsub_slot(req);
     if (pl->ci != NULL && pl->ci->row != NULL) {
         if (req->argc > cap) {
             cap = req->argc * 2;
@@ -273,15 +338,9 @@ static int request_slot(const struct request *req, const struct req_plan *pl)
         if (n > 0)
             return slot;
     }
-    const struct cmd_arities *t = &control_login()->cmds;
-    const struct cmd_arity *a = arity_of(t, pl->ci, req->argv[0]);
+    const struct cmd_arity *a = request_arity(req, pl);
     if (a == NULL)
         return SLOT_NONE;               /* a command the node does not know: it says so */
-    if (a->container && req->argc >= 2) {
-        const struct cmd_arity *sub = arities_find_sub(t, a, req->argv[1].p, req->argv[1].len);
-        if (sub != NULL)
-            a = sub;
-    }
     int slot = arity_slot(a, req->argc, req->argv);
     return slot == SLOT_NONE ? debug_key_slot(req) : slot;
 }
@@ -594,6 +653,120 @@ static int pick_pinned(struct session *s, const struct request *req, const struc
     return rc;
 }
 
+/* ---- pub/sub: a subscriber's connection of its own ------------------------------ */
+
+static const char sub_limit[] = "-ERR ttlguard cluster = route: a subscribed connection stays "
+                                "on its subscriptions' node; %s for another node's slot or "
+                                "every primary is not supported there yet\r\n";
+
+static int subscription(enum cmd_id id)
+{
+    switch (id) {
+    case CID_SUBSCRIBE: case CID_PSUBSCRIBE: case CID_SSUBSCRIBE:
+    case CID_UNSUBSCRIBE: case CID_PUNSUBSCRIBE: case CID_SUNSUBSCRIBE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The node of a subscription: SSUBSCRIBE's channels' slot's owner (all in
+ * one slot, as a cluster wants them), else SLOT_CLASSIC's. */
+static const char *sub_node(const struct request *req, const struct req_plan *pl,
+                            struct target **t)
+{
+    int slot = pl->id == CID_SSUBSCRIBE ? request_slot(req, pl) : SLOT_CLASSIC;
+    if (slot == SLOT_CROSS)
+        return route_crossslot;
+    *t = cluster_slot_target(slot >= 0 ? slot : SLOT_CLASSIC);
+    return *t == NULL ? route_unserved : NULL;
+}
+
+/* (P|S)(UN)SUBSCRIBE leave routing: the session goes on over a connection
+ * of its own to its subscriptions' node (session.c, as a shared session
+ * that subscribes) until it has none left. */
+static int pick_subscriber(struct session *s, const struct request *req,
+                           const struct req_plan *pl)
+{
+    struct target *t = NULL;
+    const char *no = refusal(s, req, pl, 0);
+    if (no == NULL && s->watching)
+        no = "-ERR ttlguard cluster = route does not support %s after WATCH yet\r\n";
+    if (no == NULL)
+        no = sub_node(req, pl, &t);
+    if (no != NULL) {
+        answer(s, no, req);
+        return 1;
+    }
+    set_target(s, t);
+    return ROUTE_OWN;
+}
+
+/* A RESP3 subscriber's other commands (a RESP2 one runs none): they go to
+ * its subscriptions' node when that node answers them as the cluster would
+ * (keys of its slots, or none and not every primary's), else sub_limit. */
+static const char *subscribed_refusal(struct session *s, const struct request *req,
+                                      const struct req_plan *pl, int needs_own)
+{
+    struct route_state *r = s->route;
+    const char *no = refusal(s, req, pl, 0);
+    if (no != NULL || (pl->id == CID_HELLO && req->argc <= 2))
+        return no;
+    if (needs_own && pl->ci != NULL && !script(pl))
+        return sub_limit;
+    r->slot = request_slot(req, pl);
+    no = slot_refusal(s, req);
+    if (no == NULL && (r->merge != MERGE_NONE ||
+                       (r->slot >= 0 && cluster_slot_target(r->slot) != s->be.t)))
+        no = sub_limit;
+    r->merge = MERGE_NONE;
+    return no;
+}
+
+int route_sub_refused(struct session *s, const struct request *req, const struct req_plan *pl)
+{
+    char line[256];
+    int slot = request_slot(req, pl);
+    const struct cmd_arity *a = request_arity(req, pl);
+    if (slot == SLOT_NONE || slot == SLOT_UNKNOWN || a == NULL ||
+        (slot >= 0 && cluster_slot_target(slot) == s->be.t))
+        return 0;
+    int n = snprintf(line, sizeof line, "-ERR Can't execute '%.*s': only (P|S)SUBSCRIBE / "
+                     "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n",
+                     (int)(a->len < 64 ? a->len : 64), a->name);
+    queue_local(s, line, (size_t)n, 0);
+    return 1;
+}
+
+int route_subscribed(struct session *s, const struct request *req, const struct req_plan *pl,
+                     int needs_own)
+{
+    struct target *t = NULL;
+    const char *no = NULL;
+    if (!subscription(pl->id) && (s->nchan + s->npat + s->nshard == 0 || s->sub_unsure > 0)) {
+        emit_locals(s);                 /* subscriptions unsure: wait until they are known */
+        return s->q.len > 0 ? ROUTE_WAIT : ROUTE_BACK;
+    }
+    switch (pl->id) {
+    case CID_SUBSCRIBE: case CID_PSUBSCRIBE: case CID_SSUBSCRIBE:
+        no = sub_node(req, pl, &t);
+        if (no == NULL && t != s->be.t)
+            no = "-ERR ttlguard cluster = route does not support %s yet on another node than "
+                 "the connection's subscriptions' (SUBSCRIBE: slot 0's, SSUBSCRIBE: its "
+                 "channels' slot's): use another connection\r\n";
+        break;
+    case CID_UNSUBSCRIBE: case CID_PUNSUBSCRIBE: case CID_SUNSUBSCRIBE:
+    case CID_PING: case CID_QUIT: case CID_RESET:
+        break;
+    default:
+        no = subscribed_refusal(s, req, pl, needs_own);
+    }
+    if (no == NULL)
+        return 0;
+    answer(s, no, req);
+    return 1;
+}
+
 int route_pick(struct session *s, const struct request *req, const struct req_plan *pl,
                int needs_own)
 {
@@ -604,6 +777,8 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
     int how = pin_use(s, req, pl);
     if (how >= 0)
         return pick_pinned(s, req, pl, (enum pin_take)how, needs_own);
+    if (subscription(pl->id))
+        return pick_subscriber(s, req, pl);
     const char *no = refusal(s, req, pl, needs_own && how != PIN_ANY);
     if (no == NULL && pl->id == CID_HELLO) {
         emit_locals(s);

@@ -4,7 +4,8 @@
  * For session.c and mux.c only. A routed session is a shared session
  * (SM_SHARED) with s->route set: each request goes to the shared connection
  * of the node that serves its keys' slot, and its replies reach the session
- * in request order whichever node answers first.
+ * in request order whichever node answers first. A subscriber is SM_OWN
+ * with s->route set: on a connection of its own to one node (ROUTE_OWN).
  */
 #ifndef TTLG_ROUTE_H
 #define TTLG_ROUTE_H
@@ -38,8 +39,25 @@ void route_cron(struct session *s);
  * the request would need a connection of its own in the shared mode. */
 #define ROUTE_WAIT      (-1)
 #define ROUTE_BLOCKED   (-2)
+/* ROUTE_OWN: (P|S)(UN)SUBSCRIBE; the session leaves routing for a connection
+ * of its own to s->be.t, its subscriptions' node (SM_OWN, route kept), once
+ * it is owed nothing, and comes back when it has no subscription left. */
+#define ROUTE_OWN       (-3)
 ROUTE_ENTRY int route_pick(struct session *s, const struct request *req,
                            const struct req_plan *pl, int needs_own);
+/* The same for a subscriber on that connection: 1 when route.c answered it
+ * (a subscription on another node, a RESP3 subscriber's command that the
+ * node cannot answer as the cluster would); 0 when it goes there; with no
+ * subscription left, ROUTE_WAIT while replies are owed, then ROUTE_BACK:
+ * the session is routed again from this request. */
+#define ROUTE_BACK      (-4)
+int route_subscribed(struct session *s, const struct request *req, const struct req_plan *pl,
+                     int needs_own);
+/* A RESP2 subscriber's command that Redis refuses in that context: the node
+ * checks its keys' slot first, so one with keys of another node's slots (or
+ * of several) is refused here, in Redis's words (7.0 on, Valkey too).
+ * Returns 1 when answered; 0: it goes to the node, for its own error. */
+int route_sub_refused(struct session *s, const struct request *req, const struct req_plan *pl);
 
 /* The bytes gathered for the request being handled (session.c's batch
  * towards the backend, which is reset). */

@@ -43,6 +43,11 @@
  * its own (needs_own()) waits for the replies owed on the shared connection,
  * then the session opens its own, has its state replayed there, and goes on
  * 1:1 from that request.
+ *
+ * With cluster = route a session is routed (route.c: SM_SHARED, s->route),
+ * and leaves for a connection of its own the same way only to subscribe
+ * (ROUTE_OWN), to one node; it is routed again once it has no subscription
+ * left and is owed nothing (routed_own()).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +157,7 @@ static void flush_requests(struct session *s)
         return;
     }
     s->ctx->stats.bytes_to_backends += tob.bytes;
-    if (s->route != NULL) {
+    if (s->route != NULL && s->mode == SM_SHARED) {
         route_take(s, &tob);            /* the request's node is known when it is handled */
         return;
     }
@@ -696,7 +701,7 @@ static enum route shared_route(struct session *s, const struct request *req,
     if (s->route != NULL) {
         int r = route_pick(s, req, pl, needs_own(req, pl));
         return r > 0 ? RT_ANSWERED : r == ROUTE_WAIT ? RT_WAIT :
-               r == ROUTE_BLOCKED ? RT_BLOCKED : RT_HERE;
+               r == ROUTE_BLOCKED ? RT_BLOCKED : r == ROUTE_OWN ? RT_PIN : RT_HERE;
     }
     if (s->q.len >= MUX_MAX_INFLIGHT || !mux_shareable(s->ctx) || needs_own(req, pl))
         return RT_PIN;
@@ -829,6 +834,20 @@ static void send_request(struct session *s, const struct request *req, enum verd
         tob_add(s, rw->tail.p, rw->tail.len, 1);
 }
 
+/* cluster = route, RESP3: a subscription's confirmations are pushes, which
+ * no reply follows. A PING of the proxy's after it has one: until it is
+ * answered the subscriptions are unsure, and the subscriber neither leaves
+ * its node nor has a command judged by them (route_subscribed()). */
+static void fence_pushes(struct session *s)
+{
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    tob_add(s, ping, sizeof ping - 1, 1);
+    struct pending *e = q_push(s);
+    e->kind = PK_INTERNAL;
+    e->what = PW_SUB;                   /* its +PONG ends it (apply_reply()) */
+    s->sub_unsure++;
+}
+
 /* The pending entries for what was sent. */
 static void expect_replies(struct session *s, const struct request *req,
                            const struct req_plan *pl, enum verdict v, const struct rewrite *rw)
@@ -898,6 +917,8 @@ static void expect_replies(struct session *s, const struct request *req,
         *q_push(s) = pe;
         owe(s, pe.remaining);
         s->sub_unsure += pe.what == PW_SUB || (pe.what == PW_RESET && pe.subkind);
+    } else if (s->route != NULL) {
+        fence_pushes(s);
     }
     if (pe.what == PW_SYNC && s->q.len == 1)
         enter_replica(s);
@@ -1014,6 +1035,31 @@ static int answer_sentinel(struct session *s, const struct request *req)
     return 1;
 }
 
+/* cluster = route: a subscriber is on a connection of its own to its
+ * subscriptions' node (ROUTE_OWN). route.c answers what that node cannot
+ * (ps: what Redis does with the request in the subscriber's context); one
+ * with no subscription left is routed again once owed nothing (not
+ * mid-push: its connection closes). Returns 1 when handled (*h). */
+static int routed_own(struct session *s, const struct request *req, const struct req_plan *pl,
+                      enum pubsub_verdict ps, enum handled *h)
+{
+    int r = ps == PS_REFUSED ? route_sub_refused(s, req, pl) :
+            route_subscribed(s, req, pl, needs_own(req, pl));
+    if (r == ROUTE_BACK && !reply_in_progress(s)) {
+        bconn_close(&s->be);
+        session_set_mode(s, SM_SHARED);
+        return 0;
+    }
+    if (r == 0)
+        return 0;
+    if (r > 0) {
+        s->ctx->stats.requests++;
+        s->be.t->requests++;
+    }
+    *h = r > 0 ? HR_DONE : HR_WAIT;
+    return 1;
+}
+
 static enum handled handle_request(struct session *s, const struct request *req)
 {
     struct req_plan pl = { .ci = command_resolve(control_facts()->commands, req->argv[0].p,
@@ -1026,6 +1072,8 @@ static enum handled handle_request(struct session *s, const struct request *req)
         enum pubsub_verdict ps = pubsub_context(s, pl.id);
         if (ps == PS_UNKNOWN)
             return HR_WAIT;
+        if (s->route != NULL && routed_own(s, req, &pl, ps, &h))
+            return h;
         if (ps == PS_REFUSED) {
             forward_refused(s, req);
             return HR_DONE;
@@ -1036,7 +1084,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
     req = &fwd;
     if (answer_sentinel(s, req))
         return HR_DONE;
-    if (s->mode == SM_OWN && s->ctx->cfg->multiplex)
+    if (s->mode == SM_OWN && s->ctx->cfg->multiplex && s->route == NULL)
         consider_sharing(s, req, &pl);
     enum route rt = s->mode == SM_SHARED ? shared_route(s, req, &pl) : RT_HERE;
     /* AUTH, or HELLO ... AUTH. Redis 8.0 and Valkey 8.1 send no reply at all
@@ -1087,7 +1135,7 @@ static enum handled handle_request(struct session *s, const struct request *req)
         if (pl.id == CID_RESET && req->argc == 1 && !pl.queued && s->mode == SM_OWN)
             relogin(s);             /* RESET logged the connection out of Redis */
     }
-    if (s->route != NULL)
+    if (s->route != NULL && s->mode == SM_SHARED)
         route_commit(s, req, &tob); /* what went, to its node (a DISCARD of abort_exec()) */
     return HR_DONE;
 }
