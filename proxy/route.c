@@ -115,6 +115,7 @@ struct unit {
     int nkeys;                  /* ...the client's key count (MERGE_ORDERED) */
     int *pos;                   /* the client's key index of each key of this part */
     int npos;
+    int exec_first;             /* ...sent as the proxy's MULTI form: replies before EXEC's */
     struct scan_step scan;      /* on its first part, MERGE_SCAN: the node it scans */
 };
 
@@ -128,6 +129,8 @@ struct route_state {
     unsigned char merge;        /* ...enum merge when it goes as several requests */
     unsigned char pinned;       /* ...enum pinned */
     int width;                  /* ...arguments per key (split by slot) */
+    struct merge_part *split;   /* ...its parts, each rewritten by the rules (route_rewrite()) */
+    int nsplit;
     struct scan_step scan;      /* ...SCAN: the primary its cursor points at */
     struct target *scan_to;     /* ...that primary */
     uint64_t scan_node;         /* ...and the node cursor it gets */
@@ -371,12 +374,11 @@ static const char *keyless_refusal(const struct request *req)
 #define MAX_PRIMARIES 256
 
 /* Does the request go as several (split by slot, or to every primary)? Its
- * merge, MERGE_NONE, or MERGE_FAIL. An MSET under rules is judged as one
- * request (its rewrite has every key): it is not split. */
+ * merge, MERGE_NONE, or MERGE_FAIL. Under rules too: an MSET is judged
+ * whole, then each part rewritten alone (route_rewrite()). */
 static int several(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
-    const struct config *cfg = s->ctx->cfg;
     struct target *t[MAX_PRIMARIES];
     const char *down;
     enum merge m = MERGE_NONE;
@@ -386,10 +388,6 @@ static int several(struct session *s, const struct request *req)
             r->slot = SLOT_NONE;        /* any node says what is wrong with it */
             return MERGE_NONE;
         }
-        for (int i = 1; m != MERGE_NONE && r->width == 2 && i < req->argc; i += 2)
-            if (!policy_inactive(cfg) && (cfg->rules.dflt.action != ACTION_ALLOW ||
-                rules_match(&cfg->rules, req->argv[i].p, req->argv[i].len) != &cfg->rules.dflt))
-                m = MERGE_NONE;
         return m;
     }
     if (r->slot == SLOT_NONE)
@@ -443,6 +441,59 @@ static const char *slot_refusal(struct session *s, const struct request *req)
     if (r->slot == SLOT_UNKNOWN)
         return "-ERR ttlguard cluster = route cannot find the keys of %s\r\n";
     return NULL;
+}
+
+/* ---- rules over several slots ---------------------------------------------------- */
+
+/* The parts route_rewrite() made, unless commit_parts() took them: the
+ * request they were for did not go as several after all. */
+static void drop_split(struct route_state *r)
+{
+    merge_parts_free(r->split, r->nsplit);
+    r->split = NULL;
+    r->nsplit = 0;
+}
+
+/* Part p's arguments (its keys, `width` arguments each, as merge_split()
+ * grouped them) into argv; returns how many. */
+static int part_argv(const struct request *req, int width, const struct merge_part *p,
+                     struct slice *argv)
+{
+    int argc = 0;
+    argv[argc++] = req->argv[0];
+    for (int j = 0; j < p->npos; j++)
+        for (int w = 0; w < width; w++)
+            argv[argc++] = req->argv[1 + p->pos[j] * width + w];
+    return argc;
+}
+
+void route_rewrite(struct session *s, const struct request *req, const struct policy_ctx *ctx,
+                   struct rewrite *rw)
+{
+    static struct rewrite part;
+    struct route_state *r = s->route;
+    if (r->slot != SLOT_CROSS || r->merge == MERGE_NONE)
+        return;                         /* it goes to one node, rewritten as it is */
+    struct slice *argv = xmalloc((size_t)req->argc * sizeof *argv);
+    r->split = merge_split(req->argc, req->argv, r->width, key_slot, &r->nsplit);
+    for (int i = 0; i < r->nsplit; i++) {
+        struct merge_part *p = &r->split[i];
+        struct request one = { .argc = part_argv(req, r->width, p, argv), .argv = argv,
+                               .inline_cmd = 1 };
+        if (policy_rewrite_part(s->ctx->cfg, &one, ctx, &part) == V_FORWARD)
+            continue;                   /* no rule rewrites its keys: it goes as it is */
+        /* What the rules build for MSET on a connection the proxy may wrap in
+         * MULTI (a routed request outside a pin): no probe, no follow-up. */
+        ASSERT(part.nprobe == 0 && part.followup.len == 0 && part.orig_args.len == 0);
+        p->req.len = 0;
+        sbuf_add(&p->req, part.pre.p, part.pre.len);
+        sbuf_add(&p->req, part.tail.p, part.tail.len);
+        p->exec_first = part.exec_first;
+    }
+    free(argv);
+    policy_rewrite_reset(rw);           /* the session sends the request as it is, counted
+                                           rewritten, for its one reply: commit_parts() */
+    sbuf_add(&rw->pre, req->raw.p, req->raw.len);
 }
 
 /* ---- what goes over the session's pin (route_pin.h) ------------------------------ */
@@ -563,6 +614,7 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
 {
     struct route_state *r = s->route;
     r->pinned = PIN_NOT;
+    drop_split(r);
     if (route_pin_blocked(s))
         return ROUTE_BLOCKED;
     int how = pin_use(s, req, pl);
@@ -754,6 +806,13 @@ static struct merge_part *fanout_parts(const struct request *req, struct target 
 static struct merge_part *make_parts(struct route_state *r, const struct request *req,
                                      struct target **prim, int *n)
 {
+    struct merge_part *split = r->split;
+    if (split != NULL) {                /* rewritten part by part */
+        *n = r->nsplit;
+        r->split = NULL;
+        r->nsplit = 0;
+        return split;
+    }
     if (r->slot == SLOT_CROSS)
         return merge_split(req->argc, req->argv, r->width, key_slot, n);
     if (r->merge != MERGE_SCAN)
@@ -775,8 +834,10 @@ static void commit_parts(struct session *s, const struct request *req)
     int n;
     struct merge_part *parts = make_parts(r, req, prim, &n);
     for (int i = 0; i < n && !s->closing; i++) {
-        struct unit *u = unit_new(r, parts[i].slot, 1, &parts[i].req);
+        int exec_first = parts[i].exec_first;
+        struct unit *u = unit_new(r, parts[i].slot, exec_first + 1, &parts[i].req);
         u->holds = 1;
+        u->exec_first = exec_first;
         u->pos = parts[i].pos;
         u->npos = parts[i].npos;
         parts[i].pos = NULL;
@@ -892,6 +953,29 @@ static void unpark(struct route_state *r, struct unit *u, size_t used)
     r->parked -= used;
 }
 
+/* A whole part's reply to merge: its one reply, or what the client gets of
+ * the proxy's MULTI form (merge_exec_reply()), the proxy's own commands in
+ * it that Redis refused counted as a request's are (reply.c). */
+static struct merge_reply part_reply(struct session *s, const struct unit *u)
+{
+    size_t off = 0;
+    struct rec rc;
+    rec_next(&u->park, &off, &rc);
+    struct slice one = { rc.p, rc.n };
+    if (u->exec_first > 0) {
+        struct slice *all = xmalloc((size_t)u->total * sizeof *all);
+        int n = 0;
+        for (off = 0; n < u->total && rec_next(&u->park, &off, &rc); n++) {
+            all[n] = (struct slice){ rc.p, rc.n };
+            if (rc.type == '-' && n != 1 && n < u->exec_first)    /* MULTI, EXPIRE */
+                rewrite_refused(s, rc.p, rc.n);
+        }
+        one = merge_exec_reply(all, n);
+        free(all);
+    }
+    return (struct merge_reply){ one.p, one.len, u->pos, u->npos };
+}
+
 /* The head units are the parts of one request: once every part's reply
  * is in, the client gets their merge. Returns 0 while one is owed. */
 static int deliver_merged(struct session *s)
@@ -900,17 +984,14 @@ static int deliver_merged(struct session *s)
     struct unit *first = unit_at(r, 0);
     int n = first->parts, nkeys = first->nkeys;
     enum merge how = first->merge;
-    struct merge_reply *mr = xcalloc((size_t)n, sizeof *mr);
     for (int i = 0; i < n; i++) {
         struct unit *u = unit_at(r, (uint32_t)i);
-        size_t off = 0;
-        struct rec rc;
-        if (u->owed > 0 || u->redirect || u->waiting || !rec_next(&u->park, &off, &rc)) {
-            free(mr);
+        if (u->owed > 0 || u->redirect || u->waiting || u->park.len == 0)
             return 0;
-        }
-        mr[i] = (struct merge_reply){ rc.p, rc.n, u->pos, u->npos };
     }
+    struct merge_reply *mr = xcalloc((size_t)n, sizeof *mr);
+    for (int i = 0; i < n; i++)
+        mr[i] = part_reply(s, unit_at(r, (uint32_t)i));
     size_t len;
     char *out = how == MERGE_SCAN ? scan_reply(&first->scan, mr[0].p, mr[0].n, &len)
                                   : merge_replies(how, mr, n, nkeys, &len);
@@ -1072,6 +1153,7 @@ void route_free(struct session *s)
     if (r == NULL)
         return;
     route_pin_free(s);
+    drop_split(r);
     if (r->wait.waiting)
         cluster_unwait(&r->wait);
     while (r->units.len > 0)

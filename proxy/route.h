@@ -20,6 +20,8 @@ struct request;
 struct req_plan;
 struct target;
 struct wbatch;
+struct policy_ctx;
+struct rewrite;
 
 /* Accept: s becomes a routed session. Its client is read once the
  * backend's commands and the cluster's slots are known (route_cron()). */
@@ -40,6 +42,14 @@ void route_cron(struct session *s);
 #define ROUTE_BLOCKED   (-2)
 ROUTE_ENTRY int route_pick(struct session *s, const struct request *req,
                            const struct req_plan *pl, int needs_own);
+
+/* The rules rewrite the request (judged whole: its events, its verdict):
+ * when it goes as several (an MSET over several slots), each part becomes
+ * what the rules send for its keys alone (policy_rewrite_part()), and rw
+ * the request as it is, which the session sends and counts rewritten, for
+ * one reply (the parts' merged). Else nothing changes. */
+ROUTE_ENTRY void route_rewrite(struct session *s, const struct request *req,
+                               const struct policy_ctx *ctx, struct rewrite *rw);
 
 /* The bytes gathered for the request being handled (session.c's batch
  * towards the backend, which is reset). */
