@@ -130,7 +130,9 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
               m->db, m->resp3 ? 3 : 2, why);
     for (uint32_t i = 0; i < m->fifo.len; i++) {
         struct fifo_entry *e = fifo_at(m, i);
-        if (e->kind == FE_SESSION || e->kind == FE_ROUTED)
+        if (e->kind == FE_ROUTED && m->owner == NULL)
+            route_lost(e->s, e->unit, m->be.t, was_ready);  /* one node of several */
+        else if (e->kind == FE_SESSION || e->kind == FE_ROUTED)
             session_shared_lost(e->s, was_ready);
         e->kind = FE_GONE;
     }
@@ -139,7 +141,7 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
         if (s->mux != m)
             continue;
         s->mux = NULL;
-        if (lost)
+        if (lost && s->route == NULL)   /* a routed session goes on with the other nodes */
             session_shared_lost(s, 1);
     }
     bconn_close(&m->be);

@@ -710,20 +710,31 @@ static void park_bytes(struct session *s, struct unit *u, const void *p, size_t 
     }
 }
 
-/* A unit to resend has no node to go to: the client gets what a cluster
- * without an owner for the slot says, once per reply owed. */
-static void unit_fail(struct session *s, struct unit *u)
+/* The unit's replies still owed are the error line err (CRLF included). */
+static void unit_answer(struct session *s, struct unit *u, const char *err)
 {
-    for (int i = 0; i < u->total; i++) {
-        size_t n = sizeof route_unserved - 1;
+    for (int i = 0; i < u->owed - u->asking; i++) {
+        size_t n = strlen(err);
         char type = '-';
         park_bytes(s, u, &type, 1);
         park_bytes(s, u, &n, sizeof n);
-        park_bytes(s, u, route_unserved, n);
+        park_bytes(s, u, err, n);
     }
     u->part = u->park.len;
     u->owed = 0;
+    u->asking = 0;
 }
+
+/* A unit to resend has no node to go to: the client gets what a cluster
+ * without an owner for the slot says, once per reply. */
+static void unit_fail(struct session *s, struct unit *u)
+{
+    u->owed = u->total;
+    unit_answer(s, u, route_unserved);
+}
+
+static void unit_unreached(struct session *s, struct unit *u, const struct target *t);
+static void deliver(struct session *s);
 
 /* Send the unit to t (again): ASKING first after -ASK. */
 static void unit_send(struct session *s, struct unit *u, struct target *t, int asking)
@@ -741,8 +752,10 @@ static void unit_send(struct session *s, struct unit *u, struct target *t, int a
     } else
         rc = asking && mux_send(s, t, ask, sizeof ask - 1, 1, u->tag) < 0 ? -1 :
              mux_send(s, t, u->req.p, u->req.len, u->total, u->tag);
-    if (rc < 0)
+    if (rc < 0 && u->pinned)
         session_shared_lost(s, 0);
+    else if (rc < 0)
+        unit_unreached(s, u, t);
 }
 
 void route_take(struct session *s, struct wbatch *wb)
@@ -872,6 +885,7 @@ void route_commit(struct session *s, const struct request *req, struct wbatch *w
     if (r->merge != MERGE_NONE && s->mux_owed == 1 && r->cur.len == req->raw.len &&
         memcmp(r->cur.p, req->raw.p, req->raw.len) == 0) {
         commit_parts(s, req);           /* forwarded as it is: it can go as several */
+        deliver(s);                     /* what a node that cannot be reached answered */
         return;
     }
     if (s->mux_owed == 0) {             /* nothing will answer it: nothing to keep */
@@ -885,6 +899,7 @@ void route_commit(struct session *s, const struct request *req, struct wbatch *w
     u->pinned = r->pinned;
     s->mux_owed = 0;
     unit_send(s, u, s->be.t, 0);
+    deliver(s);
 }
 
 /* ---- replies -------------------------------------------------------------------- */
@@ -933,7 +948,8 @@ static void unit_redirected(struct session *s, struct unit *u)
         return;
     }
     u->hops++;
-    s->ctx->stats.route_redirects[u->redirect - REDIR_MOVED]++;
+    if (u->redirect != REDIR_CLUSTERDOWN)   /* no redirect: not among them */
+        s->ctx->stats.route_redirects[u->redirect - REDIR_MOVED]++;
     unit_clear_park(s->route, u);
     if (u->to != NULL && u->redirect != REDIR_TRYAGAIN) {
         unit_send(s, u, u->to, u->redirect == REDIR_ASK);
@@ -1049,6 +1065,52 @@ static void on_topology(struct cluster_wait *w)
             unit_send(s, u, t, 0);
         else
             unit_fail(s, u);
+    }
+    deliver(s);
+    session_flush_client();
+    session_settle(s);
+}
+
+/* Nothing of the unit reached node t (its connection never was up): a unit
+ * of a slot is sent again to the slot's owner after a topology read, read
+ * soon (the cluster may have promoted a replica of t), at most MAX_HOPS
+ * times, as a cluster client retries; then, and for a unit of no slot (a
+ * part of a request to every primary cannot go elsewhere), the client gets
+ * why t cannot be reached. */
+static void unit_unreached(struct session *s, struct unit *u, const struct target *t)
+{
+    char err[sizeof t->down_reason + 3];
+    cluster_refresh_soon();
+    if (u->slot < 0 || u->hops >= MAX_HOPS) {
+        snprintf(err, sizeof err, "-%s\r\n", t->down_reason);
+        unit_answer(s, u, err);
+        return;
+    }
+    u->hops++;
+    u->owed = 0;
+    u->asking = 0;
+    u->waiting = 1;
+    cluster_wait(&s->route->wait);
+}
+
+void route_lost(struct session *s, uint32_t tag, const struct target *t, int was_ready)
+{
+    struct route_state *r = s->route;
+    struct unit *u = r != NULL && !s->closing ? unit_of(r, tag) : NULL;
+    if (u == NULL || u->owed == 0)
+        return;                         /* done at its first reply owed */
+    if (u->pinned || u->live || u->part != u->park.len) {
+        session_shared_lost(s, was_ready);  /* a reply cut short: as with one server */
+        return;
+    }
+    if (!was_ready) {
+        unit_unreached(s, u, t);
+    } else {                            /* it may have run: as a cluster client's
+                                           connection to t lost, for this request only */
+        char err[sizeof t->name + 64];
+        snprintf(err, sizeof err, "-ERR ttlguard: connection to %s lost\r\n", t->name);
+        cluster_refresh_soon();
+        unit_answer(s, u, err);
     }
     deliver(s);
     session_flush_client();

@@ -60,6 +60,10 @@ ROUTE_ENTRY void route_take(struct session *s, struct wbatch *wb);
 ROUTE_ENTRY void route_commit(struct session *s, const struct request *req,
                               struct wbatch *wb);
 
+/* mux.c: node t's shared connection failed (was_ready: after it was up)
+ * owing replies to request `unit` of s (called once per reply owed). */
+void route_lost(struct session *s, uint32_t unit, const struct target *t, int was_ready);
+
 /* mux.c: bytes of one reply for request `unit` of s, from node `from`. */
 void route_reply(struct session *s, uint32_t unit, const struct target *from, const char *p,
                  size_t n, int done, char type, int start);

@@ -36,8 +36,8 @@ import pytest
 
 import harness
 from harness import Conn, RespError, slow, wait_for
-from cluster_util import Cluster, NODE_TIMEOUT_MS, key_slot
-from test_cluster_route import RoutedProxy
+from cluster_util import Cluster, NODE_TIMEOUT_MS, key_slot, tags_for_slots
+from test_cluster_route import RoutedProxy, redirects_followed
 from test_events import durable, occurrences, read_events, ttl_rule, violation_counts
 
 SECTIONS = (ttl_rule("rw:", "rewrite", ttl=900) + ttl_rule("rj:", "reject")
@@ -235,3 +235,207 @@ def test_events_and_metrics_as_on_one_server(cluster, routed, standalone):
     assert occurrences(ev_routed, event="durable_write") == 2 * len(keys[2])
     assert violation_counts(ev_routed)[('ttl "rw:"', "MSET", "drops-ttl", "rewritten")] == \
         len(keys[0]) + 2
+
+
+# -- a node failover under traffic ------------------------------------------------
+
+class Traffic:
+    """Plain redis.Redis clients in threads through the routed address, each
+    writing and reading back its own keys, one per slot over all 16384 slots
+    between them: SET k <k>-<n>, then GET k. Every reply is checked: a GET
+    returns what its client last wrote (either value when that SET failed),
+    or an error. Errors are kept with their time and slot."""
+
+    def __init__(self, port, nthreads=4, prefix="fo"):
+        tags = tags_for_slots(range(16384), prefix=prefix)
+        keys = sorted(("%s:{%s}" % (prefix, tag), slot) for slot, tag in tags.items())
+        self.port = port
+        self.shares = [keys[i::nthreads] for i in range(nthreads)]
+        self.errors = []            # (monotonic time, slot, op, error text)
+        self.wrong = []             # replies to another request
+        self.ops = [0] * nthreads
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
+                        for i in range(nthreads)]
+
+    def run(self, i):
+        import redis
+        r = redis.Redis(port=self.port, socket_timeout=slow(5), socket_connect_timeout=slow(5))
+        may_hold = {}
+        n = 0
+        while not self.stop_flag.is_set():
+            n += 1
+            for key, slot in self.shares[i]:
+                if self.stop_flag.is_set():
+                    return
+                value = "%s-%d" % (key, n)
+                try:
+                    assert r.set(key, value) is True
+                    may_hold[key] = {value.encode()}
+                except redis.RedisError as e:
+                    self.errors.append((time.monotonic(), slot, "SET", repr(e)))
+                    may_hold.setdefault(key, {None}).add(value.encode())
+                try:
+                    got = r.get(key)
+                    if got not in may_hold[key]:
+                        self.wrong.append((key, got, may_hold[key]))
+                except redis.RedisError as e:
+                    self.errors.append((time.monotonic(), slot, "GET", repr(e)))
+                self.ops[i] += 2
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def done(self):
+        return sum(self.ops)
+
+    def stop(self):
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(slow(30))
+        assert not any(t.is_alive() for t in self.threads)
+
+
+class Benchmark:
+    """redis-benchmark without --cluster, SET and GET of keys of one hash tag
+    (one slot), 8 clients, run again and again until stopped: every run's
+    exit status and output are kept."""
+
+    def __init__(self, port, tag):
+        self.cmd = ["redis-benchmark", "-p", str(port), "-c", "8", "-n", "10000", "-r",
+                    "100000", "-q", "-t", "set,get"]
+        self.tag = tag
+        self.runs = []
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop_flag.is_set():
+            for op, extra in (("SET", ["v"]), ("GET", [])):
+                r = subprocess.run(self.cmd[:-2] + [op, "bm:{%s}:__rand_int__" % self.tag] +
+                                   extra, stdin=subprocess.DEVNULL, capture_output=True,
+                                   text=True, timeout=slow(60))
+                self.runs.append((r.returncode, r.stdout + r.stderr))
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stop_flag.set()
+        self.thread.join(slow(60))
+        assert not self.thread.is_alive()
+        return self.runs
+
+
+def slots_of(node):
+    return {s for lo, hi in node["slots"] for s in range(lo, hi + 1)}
+
+
+def assert_no_redirect_seen(traffic):
+    seen = [e for e in traffic.errors if re.search(r"\b(MOVED|ASK)\b", e[3])]
+    assert not seen, seen[:5]
+
+
+def test_cluster_failover_under_traffic(cluster, tmp_path):
+    """CLUSTER FAILOVER on the replica of a primary while clients write and
+    read every slot through the proxy, and redis-benchmark runs against keys
+    of that primary: not one error, no reply to another request, no
+    redirect seen by a client; the keys are on the promoted node after."""
+    p = start_routed(cluster, tmp_path)
+    try:
+        old = cluster.primaries()[1]
+        new = cluster.replicas_of(old["id"])[0]
+        tag = tags_for_slots([min(slots_of(old))], prefix="bm")[min(slots_of(old))]
+        moved = redirects_followed(p)["moved"]
+        traffic = Traffic(p.port, prefix="mf").start()
+        wait_for(lambda: traffic.done() > 20000, 30, "a first round of traffic")
+        bench = Benchmark(p.port, tag).start()
+        wait_for(lambda: len(bench.runs) >= 2, 30, "a first redis-benchmark run")
+        t0 = time.monotonic()
+        assert cluster.cmd(new["port"], "CLUSTER", "FAILOVER") == b"OK"
+        wait_for(lambda: "master" in cluster.node_by_id(new["id"], new["port"])["flags"],
+                 15, "the replica promoted")
+        promoted = time.monotonic() - t0
+        ops = traffic.done()
+        wait_for(lambda: traffic.done() > ops + 20000, 30, "traffic after the failover")
+        bench_out = bench.stop()
+        traffic.stop()
+        print("\nCLUSTER FAILOVER: promoted in %.2f s; %d client operations, %d errors; "
+              "%d redis-benchmark runs" % (promoted, traffic.done(), len(traffic.errors),
+                                       len(bench_out)))
+        assert not traffic.wrong, traffic.wrong[:5]
+        assert not traffic.errors, traffic.errors[:5]
+        for rc, text in bench_out:
+            assert rc == 0 and "rror" not in text and "MOVED" not in text, text
+        assert p.proc.poll() is None
+        assert redirects_followed(p)["moved"] > moved     # the proxy followed them
+        k = "mf:{%s}" % tags_for_slots([min(slots_of(old))], prefix="mf")[min(slots_of(old))]
+        assert cluster.cmd(new["port"], "EXISTS", k) == 1
+    finally:
+        rc = p.stop()
+    assert rc == 0, p.stderr()
+    cluster.wait_stable()
+
+
+def test_a_killed_primary_under_traffic(cluster, tmp_path):
+    """SIGKILL of a primary (by the PID the Cluster started) while clients
+    write and read every slot through the proxy and redis-benchmark runs
+    against keys of another primary; the cluster promotes its replica after
+    cluster-node-timeout. The proxy stays up; no reply goes to another
+    request; no client sees a redirect; errors come only for the dead
+    primary's slots (its connection refused, or -CLUSTERDOWN while the
+    cluster has no primary for them), only from the kill until shortly after
+    the promotion; the other primaries' keys see no error; then every slot
+    works again. The killed node comes back as a replica."""
+    p = start_routed(cluster, tmp_path)
+    victim = cluster.primaries()[2]
+    assert victim["port"] not in cluster.ports[:2]      # not a seed of the proxy
+    heir = cluster.replicas_of(victim["id"])[0]
+    other = cluster.primaries()[0]
+    dead = slots_of(victim)
+    srv = cluster.server(victim["port"])
+    try:
+        tag = tags_for_slots([min(slots_of(other))], prefix="bk")[min(slots_of(other))]
+        traffic = Traffic(p.port, prefix="kp").start()
+        wait_for(lambda: traffic.done() > 20000, 30, "a first round of traffic")
+        bench = Benchmark(p.port, tag).start()
+        wait_for(lambda: len(bench.runs) >= 2, 30, "a first redis-benchmark run")
+        t_kill = time.monotonic()
+        os.kill(srv.pid, signal.SIGKILL)
+        srv.proc.wait(slow(10))
+        srv.proc = None
+        wait_for(lambda: any(n["id"] == heir["id"] for n in cluster.primaries(other["port"])),
+                 30, "the replica promoted", interval=0.05)
+        t_promoted = time.monotonic()
+        ops = traffic.done()
+        wait_for(lambda: traffic.done() > ops + 40000, 60, "traffic after the promotion")
+        t_end = time.monotonic()
+        bench_out = bench.stop()
+        traffic.stop()
+        errs = traffic.errors
+        last = max((e[0] for e in errs), default=t_kill)
+        print("\nprimary killed: promoted after %.2f s (cluster-node-timeout %d ms); %d client "
+              "operations, %d errors, all on its slots, from %.2f s to %.2f s after the kill "
+              "(%.2f s after the promotion); kinds %r; %d redis-benchmark runs on another "
+              "primary without error"
+              % (t_promoted - t_kill, NODE_TIMEOUT_MS, traffic.done(), len(errs),
+                 min((e[0] for e in errs), default=t_kill) - t_kill, last - t_kill,
+                 last - t_promoted, sorted({re.sub(r"\d+", "N", e[3])[:90] for e in errs}),
+                 len(bench_out)))
+        assert p.proc.poll() is None
+        assert not traffic.wrong, traffic.wrong[:5]
+        assert_no_redirect_seen(traffic)
+        assert all(e[1] in dead for e in errs), [e for e in errs if e[1] not in dead][:5]
+        assert all(t_kill <= e[0] for e in errs)
+        assert last - t_promoted < slow(2), (last - t_promoted, errs[-5:])
+        assert t_end - last > 1         # then a second and more of traffic without one
+        for rc, text in bench_out:
+            assert rc == 0 and "rror" not in text and "MOVED" not in text, text
+    finally:
+        rc = p.stop()
+        srv.start()                     # back as a replica of its heir
+        cluster.wait_stable(60)
+    assert rc == 0, p.stderr()
