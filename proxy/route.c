@@ -26,16 +26,30 @@
  * Redirects are followed here and never reach the client: -MOVED (the slot
  * map is updated at once and the topology read again soon), -ASK (ASKING,
  * then the request, on the named node's connection) and -TRYAGAIN (after
- * the topology read it starts: 0.2 s, at most a second). A unit is sent
- * again, whole, only when none of its replies shows that anything ran (all
- * are errors, or the proxy's MULTI's +OK), at most MAX_HOPS times; then the
- * client gets what the cluster said (reply.c hides a node address in it).
+ * the topology read it starts: 0.2 s, at most a second). -CLUSTERDOWN, which
+ * every node answers while a failed primary's replica is not promoted yet,
+ * goes the way of -TRYAGAIN, and so does a unit whose node cannot be reached
+ * (its connection refused: nothing was sent) or whose slot has no owner. A
+ * unit is sent again, whole, only when none of its replies shows that
+ * anything ran (all are errors, or the proxy's MULTI's +OK): MAX_HOPS times
+ * where a redirect names a node, for MAX_WAIT_NS where it waits for a
+ * topology read; then the client gets what the cluster said (reply.c hides a
+ * node address in it), or why the node cannot be reached. A node's connection
+ * lost after it was up fails only the units in flight there (they may have
+ * run: each gets an error, as a cluster client's connection to that node
+ * drops); the session goes on with the other nodes.
  *
  * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
  * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL,
  * RANDOMKEY... to every primary) is one pending entry to the session and
  * one unit per part here, each sent and redirected on its own; the session
- * gets their merged reply once the last part's is in. SCAN goes the same
+ * gets their merged reply once the last part's is in. An MSET under rules
+ * too: the session judges it whole (its events, its verdict; a rule's
+ * rejection refuses all of it, nothing sent), then route_rewrite() makes
+ * each part what the rules send for its keys alone (the proxy's MULTI form
+ * where a rule gives keys a TTL: the part's reply is EXEC's first element).
+ * Parts are not one transaction: a part that fails (its node down) leaves
+ * the others written, and the client gets the error. SCAN goes the same
  * way as one part: its cursor names a primary and that node's own cursor
  * (route_scan.h), so each call asks one primary and the client's scan
  * walks them one after the other.
@@ -72,6 +86,10 @@
 #include "util.h"
 
 #define MAX_HOPS        5               /* redirects followed for one request */
+#define MAX_WAIT_NS     3000000000ull   /* a request waits this long at most for the cluster
+                                           to serve its slot (-TRYAGAIN, -CLUSTERDOWN, its
+                                           node unreachable): a failover's election ends
+                                           about a second after the failure is agreed */
 #define POOL            32              /* buffers a session keeps for its next units */
 #define POOL_MAX_CAP    4096            /* ...each at most this big; freed when idle */
 #define BUF_FIRST       256             /* a new buffer's first size */
@@ -98,7 +116,8 @@ struct unit {
     int slot;                   /* SLOT_NONE or its keys' slot */
     int owed;                   /* replies still owed by the node's connection */
     int total;                  /* replies the request gets (owed again when resent) */
-    unsigned char hops;         /* redirects followed */
+    unsigned char hops;         /* redirects followed to the node they name */
+    uint64_t waited;            /* loop_now_ns when it first waited for the cluster, or 0 */
     unsigned char holds;        /* several replies: kept until the last is in */
     unsigned char asking;       /* the next reply is to the proxy's ASKING: dropped */
     unsigned char live;         /* the reply in progress goes to the session as it comes */
@@ -938,25 +957,45 @@ static int unit_ran(const struct unit *u)
     return 0;
 }
 
+/* The unit waits for the next topology read, then goes to its slot's owner
+ * (on_topology()). */
+static void unit_wait(struct session *s, struct unit *u)
+{
+    u->owed = 0;
+    u->asking = 0;
+    u->waiting = 1;
+    cluster_wait(&s->route->wait);
+}
+
+/* May the unit wait for a topology read (again)? For MAX_WAIT_NS from its
+ * first wait. */
+static int may_wait(struct unit *u)
+{
+    if (u->waited == 0)
+        u->waited = loop_now_ns;
+    return loop_now_ns - u->waited < MAX_WAIT_NS;
+}
+
 /* Every reply of a unit that met a redirect is in: send it again where the
- * redirect says (or, for -TRYAGAIN and nodes not known yet, to the slot's
- * owner after the next topology read), unless it ran or went far enough. */
+ * redirect says (or, for -TRYAGAIN, -CLUSTERDOWN and nodes not known yet, to
+ * the slot's owner after the next topology read), unless it ran or went far
+ * enough. */
 static void unit_redirected(struct session *s, struct unit *u)
 {
-    if (u->hops >= MAX_HOPS || unit_ran(u)) {
+    int waits = u->to == NULL || u->redirect == REDIR_TRYAGAIN;
+    if (unit_ran(u) || (waits ? !may_wait(u) : u->hops >= MAX_HOPS)) {
         u->redirect = 0;                /* the client gets what the cluster said */
         return;
     }
-    u->hops++;
     if (u->redirect != REDIR_CLUSTERDOWN)   /* no redirect: not among them */
         s->ctx->stats.route_redirects[u->redirect - REDIR_MOVED]++;
     unit_clear_park(s->route, u);
-    if (u->to != NULL && u->redirect != REDIR_TRYAGAIN) {
+    if (waits) {
+        unit_wait(s, u);
+    } else {
+        u->hops++;
         unit_send(s, u, u->to, u->redirect == REDIR_ASK);
-        return;
     }
-    u->waiting = 1;
-    cluster_wait(&s->route->wait);
 }
 
 /* The first `used` bytes of the park went to the session (a reply being
@@ -1063,6 +1102,8 @@ static void on_topology(struct cluster_wait *w)
                                         : cluster_any_primary(r->hint);
         if (t != NULL)
             unit_send(s, u, t, 0);
+        else if (u->slot >= 0 && may_wait(u))
+            unit_wait(s, u);            /* its primary failed: a replica may take over */
         else
             unit_fail(s, u);
     }
@@ -1073,24 +1114,20 @@ static void on_topology(struct cluster_wait *w)
 
 /* Nothing of the unit reached node t (its connection never was up): a unit
  * of a slot is sent again to the slot's owner after a topology read, read
- * soon (the cluster may have promoted a replica of t), at most MAX_HOPS
- * times, as a cluster client retries; then, and for a unit of no slot (a
- * part of a request to every primary cannot go elsewhere), the client gets
- * why t cannot be reached. */
+ * soon (the cluster may be promoting a replica of t), as a cluster client
+ * retries, for MAX_WAIT_NS at most; then, and for a unit of no slot (a part
+ * of a request to every primary cannot go elsewhere), the client gets why t
+ * cannot be reached. */
 static void unit_unreached(struct session *s, struct unit *u, const struct target *t)
 {
     char err[sizeof t->down_reason + 3];
     cluster_refresh_soon();
-    if (u->slot < 0 || u->hops >= MAX_HOPS) {
+    if (u->slot < 0 || !may_wait(u)) {
         snprintf(err, sizeof err, "-%s\r\n", t->down_reason);
         unit_answer(s, u, err);
         return;
     }
-    u->hops++;
-    u->owed = 0;
-    u->asking = 0;
-    u->waiting = 1;
-    cluster_wait(&s->route->wait);
+    unit_wait(s, u);
 }
 
 void route_lost(struct session *s, uint32_t tag, const struct target *t, int was_ready)

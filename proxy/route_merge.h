@@ -1,7 +1,8 @@
 /*
  * route_merge: one client request that cluster = route sends as several
  * (route.c): a multi-key command whose keys lie in several slots, split into
- * one request per slot, or a command that must cover every primary, sent to
+ * one request per slot (an MSET under rules: each part then rewritten by
+ * the rules, route.c), or a command that must cover every primary, sent to
  * each (SCAN: to one after the other, route_scan.h); and the one reply the
  * client gets from their replies.
  *
