@@ -147,6 +147,8 @@ struct route_state {
     int slot;                   /* ...and its slot */
     unsigned char merge;        /* ...enum merge when it goes as several requests */
     unsigned char pinned;       /* ...enum pinned */
+    unsigned char unowned;      /* ...its slot has no owner in the slot map (its primary
+                                   failed): it waits for a topology read */
     int width;                  /* ...arguments per key (split by slot) */
     struct merge_part *split;   /* ...its parts, each rewritten by the rules (route_rewrite()) */
     int nsplit;
@@ -633,6 +635,7 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
 {
     struct route_state *r = s->route;
     r->pinned = PIN_NOT;
+    r->unowned = 0;
     drop_split(r);
     if (route_pin_blocked(s))
         return ROUTE_BLOCKED;
@@ -652,14 +655,16 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
     struct target *t = NULL;
     if (no == NULL) {
         t = r->slot >= 0 ? cluster_slot_target(r->slot) : cluster_any_primary(r->hint);
-        if (t == NULL)
+        r->unowned = t == NULL && r->slot >= 0;
+        if (t == NULL && !r->unowned)
             no = route_unserved;
     }
     if (no != NULL) {
         answer(s, no, req);
         return 1;
     }
-    set_target(s, t);
+    if (t != NULL)                      /* unowned: counted where the session went last */
+        set_target(s, t);
     return 0;
 }
 
@@ -753,6 +758,7 @@ static void unit_fail(struct session *s, struct unit *u)
 }
 
 static void unit_unreached(struct session *s, struct unit *u, const struct target *t);
+static void unit_unowned(struct session *s, struct unit *u);
 static void deliver(struct session *s);
 
 /* Send the unit to t (again): ASKING first after -ASK. */
@@ -883,7 +889,7 @@ static void commit_parts(struct session *s, const struct request *req)
         if (t != NULL)
             unit_send(s, u, t, 0);
         else
-            unit_fail(s, u);
+            unit_unowned(s, u);
     }
     merge_parts_free(parts, n);
     r->cur.len = 0;
@@ -917,7 +923,10 @@ void route_commit(struct session *s, const struct request *req, struct wbatch *w
     struct unit *u = unit_new(r, r->slot, s->mux_owed, &r->cur);
     u->pinned = r->pinned;
     s->mux_owed = 0;
-    unit_send(s, u, s->be.t, 0);
+    if (r->unowned)
+        unit_unowned(s, u);
+    else
+        unit_send(s, u, s->be.t, 0);
     deliver(s);
 }
 
@@ -974,6 +983,18 @@ static int may_wait(struct unit *u)
     if (u->waited == 0)
         u->waited = loop_now_ns;
     return loop_now_ns - u->waited < MAX_WAIT_NS;
+}
+
+/* The unit's slot has no owner in the slot map (its primary failed): it
+ * waits for a topology read, a replica may take over; after MAX_WAIT_NS
+ * (or at once for a part of no slot) the client gets what a cluster
+ * without an owner for the slot says. */
+static void unit_unowned(struct session *s, struct unit *u)
+{
+    if (u->slot >= 0 && may_wait(u))
+        unit_wait(s, u);
+    else
+        unit_fail(s, u);
 }
 
 /* Every reply of a unit that met a redirect is in: send it again where the
@@ -1102,10 +1123,8 @@ static void on_topology(struct cluster_wait *w)
                                         : cluster_any_primary(r->hint);
         if (t != NULL)
             unit_send(s, u, t, 0);
-        else if (u->slot >= 0 && may_wait(u))
-            unit_wait(s, u);            /* its primary failed: a replica may take over */
         else
-            unit_fail(s, u);
+            unit_unowned(s, u);
     }
     deliver(s);
     session_flush_client();
@@ -1136,7 +1155,7 @@ void route_lost(struct session *s, uint32_t tag, const struct target *t, int was
     struct unit *u = r != NULL && !s->closing ? unit_of(r, tag) : NULL;
     if (u == NULL || u->owed == 0)
         return;                         /* done at its first reply owed */
-    if (u->pinned || u->live || u->part != u->park.len) {
+    if (u->live || u->part != u->park.len) {
         session_shared_lost(s, was_ready);  /* a reply cut short: as with one server */
         return;
     }

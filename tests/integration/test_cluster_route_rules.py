@@ -239,28 +239,43 @@ def test_events_and_metrics_as_on_one_server(cluster, routed, standalone):
 
 # -- a node failover under traffic ------------------------------------------------
 
-class Traffic:
-    """Plain redis.Redis clients in threads through the routed address, each
-    writing and reading back its own keys, one per slot over all 16384 slots
-    between them: SET k <k>-<n>, then GET k. Every reply is checked: a GET
-    returns what its client last wrote (either value when that SET failed),
-    or an error. Errors are kept with their time and slot."""
+def plain_client(port):
+    import redis
+    return lambda: redis.Redis(port=port, socket_timeout=slow(5),
+                               socket_connect_timeout=slow(5))
 
-    def __init__(self, port, nthreads=4, prefix="fo"):
+
+def cluster_client(cluster):
+    """redis-py's RedisCluster straight to the nodes, its defaults: what a
+    cluster-aware client sees, for comparison."""
+    from redis.cluster import RedisCluster
+    return lambda: RedisCluster(host="127.0.0.1", port=cluster.ports[0],
+                                socket_timeout=slow(5), socket_connect_timeout=slow(5))
+
+
+class Traffic:
+    """Clients in threads (plain redis.Redis through the routed address by
+    default), each writing and reading back its own keys, one per slot over
+    all 16384 slots between them: SET k <k>-<n>, then GET k. Every reply is
+    checked: a GET returns what its client last wrote (either value when
+    that SET failed), or an error. Errors are kept with their time and slot."""
+
+    def __init__(self, port, nthreads=4, prefix="fo", watch=(), connect=None):
         tags = tags_for_slots(range(16384), prefix=prefix)
         keys = sorted(("%s:{%s}" % (prefix, tag), slot) for slot, tag in tags.items())
-        self.port = port
+        self.connect = connect or plain_client(port)
         self.shares = [keys[i::nthreads] for i in range(nthreads)]
         self.errors = []            # (monotonic time, slot, op, error text)
         self.wrong = []             # replies to another request
         self.ops = [0] * nthreads
+        self.watch = set(watch)     # slots whose successful GETs are timed:
+        self.watched = []           # ...their times
         self.stop_flag = threading.Event()
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
                         for i in range(nthreads)]
 
     def run(self, i):
-        import redis
-        r = redis.Redis(port=self.port, socket_timeout=slow(5), socket_connect_timeout=slow(5))
+        r = self.connect()
         may_hold = {}
         n = 0
         while not self.stop_flag.is_set():
@@ -272,14 +287,16 @@ class Traffic:
                 try:
                     assert r.set(key, value) is True
                     may_hold[key] = {value.encode()}
-                except redis.RedisError as e:
+                except Exception as e:      # noqa: BLE001 (RedisCluster's are not all RedisError)
                     self.errors.append((time.monotonic(), slot, "SET", repr(e)))
                     may_hold.setdefault(key, {None}).add(value.encode())
                 try:
                     got = r.get(key)
                     if got not in may_hold[key]:
                         self.wrong.append((key, got, may_hold[key]))
-                except redis.RedisError as e:
+                    if slot in self.watch:
+                        self.watched.append(time.monotonic())
+                except Exception as e:      # noqa: BLE001
                     self.errors.append((time.monotonic(), slot, "GET", repr(e)))
                 self.ops[i] += 2
 
@@ -399,7 +416,8 @@ def test_a_killed_primary_under_traffic(cluster, tmp_path):
     srv = cluster.server(victim["port"])
     try:
         tag = tags_for_slots([min(slots_of(other))], prefix="bk")[min(slots_of(other))]
-        traffic = Traffic(p.port, prefix="kp").start()
+        traffic = Traffic(p.port, prefix="kp", watch=dead).start()
+        direct = Traffic(None, 2, prefix="kd", connect=cluster_client(cluster)).start()
         wait_for(lambda: traffic.done() > 20000, 30, "a first round of traffic")
         bench = Benchmark(p.port, tag).start()
         wait_for(lambda: len(bench.runs) >= 2, 30, "a first redis-benchmark run")
@@ -415,22 +433,34 @@ def test_a_killed_primary_under_traffic(cluster, tmp_path):
         t_end = time.monotonic()
         bench_out = bench.stop()
         traffic.stop()
+        direct.stop()
         errs = traffic.errors
         last = max((e[0] for e in errs), default=t_kill)
-        print("\nprimary killed: promoted after %.2f s (cluster-node-timeout %d ms); %d client "
-              "operations, %d errors, all on its slots, from %.2f s to %.2f s after the kill "
-              "(%.2f s after the promotion); kinds %r; %d redis-benchmark runs on another "
-              "primary without error"
-              % (t_promoted - t_kill, NODE_TIMEOUT_MS, traffic.done(), len(errs),
-                 min((e[0] for e in errs), default=t_kill) - t_kill, last - t_kill,
-                 last - t_promoted, sorted({re.sub(r"\d+", "N", e[3])[:90] for e in errs}),
-                 len(bench_out)))
+        back = min(t for t in traffic.watched if t > t_kill + 0.5)     # its slots served again
+        before = max(t for t in traffic.watched if t < t_kill)
+        print("\nprimary killed: promoted after %.2f s (cluster-node-timeout %d ms); its slots "
+              "served again through the proxy %.2f s after the kill (%.2f s after the "
+              "promotion); %d client operations, %d errors, all on its slots, from %.2f s to "
+              "%.2f s after the kill (%.2f s after the promotion); kinds %r; %d redis-benchmark "
+              "runs on another primary without error"
+              % (t_promoted - t_kill, NODE_TIMEOUT_MS, back - before, back - t_promoted,
+                 traffic.done(), len(errs), min((e[0] for e in errs), default=t_kill) - t_kill,
+                 last - t_kill, last - t_promoted,
+                 sorted({re.sub(r"\d+", "N", e[3])[:90] for e in errs}), len(bench_out)))
+        print("redis-py RedisCluster straight to the nodes meanwhile: %d operations, %d errors "
+              "(%d on other primaries' slots), from %.2f s to %.2f s after the kill; kinds %r"
+              % (direct.done(), len(direct.errors),
+                 sum(1 for e in direct.errors if e[1] not in dead),
+                 min((e[0] for e in direct.errors), default=t_kill) - t_kill,
+                 max((e[0] for e in direct.errors), default=t_kill) - t_kill,
+                 sorted({re.sub(r"\d+", "N", e[3])[:70] for e in direct.errors})))
         assert p.proc.poll() is None
         assert not traffic.wrong, traffic.wrong[:5]
         assert_no_redirect_seen(traffic)
         assert all(e[1] in dead for e in errs), [e for e in errs if e[1] not in dead][:5]
         assert all(t_kill <= e[0] for e in errs)
         assert last - t_promoted < slow(2), (last - t_promoted, errs[-5:])
+        assert back - t_promoted < slow(2), back - t_promoted
         assert t_end - last > 1         # then a second and more of traffic without one
         for rc, text in bench_out:
             assert rc == 0 and "rror" not in text and "MOVED" not in text, text
