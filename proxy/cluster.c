@@ -1120,12 +1120,12 @@ int cluster_redirect(const char *p, size_t n, const struct target *from, struct 
     long long slot;
     *to = NULL;
     if (n > 10 && memcmp(p, "-TRYAGAIN ", 10) == 0) {
-        cluster_refresh_soon();             /* the request is sent again after that read */
+        cluster_refresh_soon();     /* the request is sent again after that read */
         return REDIR_TRYAGAIN;
     }
     if (n > 13 && memcmp(p, "-CLUSTERDOWN ", 13) == 0) {
-        cluster_refresh_soon();             /* ...as after a primary's failure, while its
-                                               replica is promoted */
+        cluster_refresh_soon();     /* ...as after a primary's failure, while its
+                                       replica is promoted */
         return REDIR_CLUSTERDOWN;
     }
     if (parse_redirect(p, n, from, &rd) < 0 || slice_to_ll(rd.slot, &slot) != 0 ||

@@ -111,7 +111,9 @@ static void on_flusher_closed(uv_handle_t *h)
 /* The shared connection failed or closed: sessions owed replies on it end
  * as they would with their own connection (what was received, then EOF).
  * lost: Redis went away (not a reload or shutdown of ours): every session
- * on it ends, as every client of a Redis that restarts does. */
+ * on it ends, as every client of a Redis that restarts does. A routed
+ * session is one node's client of several: its requests owed replies here
+ * each get an error or go elsewhere (route_lost()), and it goes on. */
 static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
 {
     if (m->failed)
