@@ -7,7 +7,8 @@ address through a node failover, against a real 6-node Redis Cluster
     slot and each part rewritten as an MSET of its keys alone would be: every
     key under the rule has the rule's TTL on the node that owns it, a key
     that had a TTL keeps it, keys outside the rules lose theirs (as MSET
-    does), the client gets one +OK;
+    does), the client gets one +OK (RESP2 and RESP3), pipelined too; a part
+    that meets -MOVED inside the proxy's MULTI goes, whole, to the new owner;
   - a reject rule on one key refuses the whole MSET with the rule's error,
     and nothing is written on any node;
   - a log rule writes and logs;
@@ -20,8 +21,9 @@ address through a node failover, against a real 6-node Redis Cluster
     address: the proxy stays up, no reply goes to another request, no
     client sees -MOVED or -ASK; a manual failover costs no error at all, a
     killed primary only errors on its own slots while they have no primary,
-    and traffic there is back soon after the promotion. Measured times are
-    printed (-s) for docs/reliability.md.
+    and traffic there is back soon after the promotion (redis-py's
+    RedisCluster straight to the nodes runs alongside, for comparison).
+    Measured times are printed (-s) for docs/reliability.md.
 """
 
 import os
@@ -163,6 +165,40 @@ def test_mset_pipelined_among_other_commands(cluster, routed):
         assert 850 <= cluster.cmd(owner(cluster, k), "TTL", k) <= 900, k
     for k in lg:
         assert cluster.cmd(owner(cluster, k), "TTL", k) == -1, k
+
+
+def test_a_part_redirected_and_resp3(cluster, routed):
+    """A slot handed to another primary straight on the nodes (the proxy's
+    slot map still names the old one): the rewritten part for it meets the
+    old owner's -MOVED inside the proxy's MULTI and goes, whole, to the new
+    owner; the client, speaking RESP3, gets one +OK and the key its TTL
+    there. Another RESP3 MSET over every primary: one +OK."""
+    src, dst = cluster.primaries()[0], cluster.primaries()[1]
+    moved = next(k for k in cluster.keys_for_slot_owner(src, 20, prefix="rw:mv:")
+                 if cluster.cmd(src["port"], "CLUSTER", "COUNTKEYSINSLOT", key_slot(k)) == 0)
+    slot = key_slot(moved)
+    others = spread(cluster, "rw:mv3:", 1)
+    with Conn(routed.port) as c:
+        assert isinstance(c.cmd("HELLO", "3"), harness.RespMap)
+        assert c.cmd("GET", moved) is None        # the proxy's map: the slot on src
+        for n in cluster.primaries() + cluster.replicas():
+            cluster.cmd(n["port"], "CLUSTER", "SETSLOT", slot, "NODE", dst["id"])
+        before = redirects_followed(routed)["moved"]
+        try:
+            assert c.cmd("MSET", *flat((k, "v") for k in [moved] + others)) == b"OK"
+            assert redirects_followed(routed)["moved"] == before + 1
+            assert c.cmd("MSET", *flat((k, "w") for k in others)) == b"OK"
+            assert 850 <= cluster.cmd(dst["port"], "TTL", moved) <= 900
+            assert cluster.cmd(src["port"], "EXISTS", moved).startswith(b"MOVED")
+            for k in others:
+                assert cluster.cmd(owner(cluster, k), "GET", k) == b"w"
+                assert 850 <= cluster.cmd(owner(cluster, k), "TTL", k) <= 900, k
+        finally:
+            cluster.cmd(dst["port"], "DEL", moved)
+            for n in cluster.primaries() + cluster.replicas():
+                cluster.cmd(n["port"], "CLUSTER", "SETSLOT", slot, "NODE", src["id"])
+    cluster.wait_stable()
+    assert metrics(routed)["ttlguard_rewrite_errors_total"] == 0
 
 
 def test_a_reject_rule_refuses_the_whole_mset(cluster, routed, standalone):
