@@ -69,7 +69,7 @@ static const char *announce_host(void)
     return cfg->cluster_announce != NULL ? cfg->cluster_announce : cl.entry->addr.host;
 }
 
-static void refresh_soon(void)
+void cluster_refresh_soon(void)
 {
     uint64_t soon = now_ms_monotonic() + REFRESH_SOON_MS;
     if (cl.next_refresh > soon)
@@ -148,7 +148,7 @@ static struct cnode *node_learn(const struct node_ref *r)
         c->next = cl.nodes;
         cl.nodes = c;
         node_listen(c);
-        refresh_soon();
+        cluster_refresh_soon();
     } else if (c->l.h == NULL && c->missed > 0) {
         c->missed = 0;          /* it left and is back: a port again */
         node_listen(c);
@@ -887,7 +887,7 @@ static void topo_failed(struct bconn *b, const char *why, int was_ready)
     cl.asked = 0;
     if (seeds != NULL) {
         cl.seed++;              /* the next seed, at once */
-        refresh_soon();
+        cluster_refresh_soon();
     }
     wake_waiters();
 }
@@ -1063,6 +1063,8 @@ void cluster_free(void)
 struct target *cluster_slot_target(int slot)
 {
     struct cnode *c = slot >= 0 && slot < CLUSTER_SLOTS ? slot_owner[slot] : NULL;
+    if (c == NULL)
+        cluster_refresh_soon();         /* its primary failed: a replica may take over */
     return c != NULL ? &c->t : NULL;
 }
 
@@ -1118,8 +1120,13 @@ int cluster_redirect(const char *p, size_t n, const struct target *from, struct 
     long long slot;
     *to = NULL;
     if (n > 10 && memcmp(p, "-TRYAGAIN ", 10) == 0) {
-        refresh_soon();             /* the request is sent again after that read */
+        cluster_refresh_soon();     /* the request is sent again after that read */
         return REDIR_TRYAGAIN;
+    }
+    if (n > 13 && memcmp(p, "-CLUSTERDOWN ", 13) == 0) {
+        cluster_refresh_soon();     /* ...as after a primary's failure, while its
+                                       replica is promoted */
+        return REDIR_CLUSTERDOWN;
     }
     if (parse_redirect(p, n, from, &rd) < 0 || slice_to_ll(rd.slot, &slot) != 0 ||
         slot < 0 || slot >= CLUSTER_SLOTS)
@@ -1131,7 +1138,7 @@ int cluster_redirect(const char *p, size_t n, const struct target *from, struct 
         slot_order.valid = 0;
     }
     if (moved || c == NULL)
-        refresh_soon();
+        cluster_refresh_soon();
     if (c == NULL)
         cl.next_refresh = 0;
     *to = c != NULL ? &c->t : NULL;

@@ -120,7 +120,7 @@ int cluster_is_replica_of(const struct target *t, const struct target *p);
 #define CLUSTER_SLOTS 16384
 
 /* The primary serving slot as far as the topology (and -MOVED since) says;
- * NULL when none does (yet). */
+ * NULL when none does (yet: the topology is read again soon). */
 struct target *cluster_slot_target(int slot);
 /* 1 once a topology read has ended (the slot map is filled). */
 int cluster_slots_read(void);
@@ -134,12 +134,20 @@ struct target *cluster_any_primary(unsigned hint);
 
 /* What an error reply (n complete bytes, from node `from`) asks of the one
  * who sent the request. */
-enum redirect_kind { REDIR_NONE, REDIR_MOVED, REDIR_ASK, REDIR_TRYAGAIN };
+enum redirect_kind { REDIR_NONE, REDIR_MOVED, REDIR_ASK, REDIR_TRYAGAIN, REDIR_CLUSTERDOWN };
 /* -MOVED and -ASK: *to is the node it names when the topology lists it
  * (NULL otherwise: a topology read is started; never a connection to an
  * address only an error names). -MOVED also makes that node the slot's
- * owner at once; it and -TRYAGAIN read the topology again soon. */
+ * owner at once; it, -TRYAGAIN and -CLUSTERDOWN (a node that refuses every
+ * request while the cluster has a slot without a primary: not a redirect,
+ * but nothing ran and a promotion may end it) read the topology again
+ * soon. */
 int cluster_redirect(const char *p, size_t n, const struct target *from, struct target **to);
+
+/* Read the topology again soon (0.2 s, not sooner for a second call): what
+ * a reply or a node that cannot be reached says may have changed (a replica
+ * promoted in place of a primary that died). */
+void cluster_refresh_soon(void);
 
 /* Free what is left once the loop has ended. */
 void cluster_free(void);

@@ -111,7 +111,9 @@ static void on_flusher_closed(uv_handle_t *h)
 /* The shared connection failed or closed: sessions owed replies on it end
  * as they would with their own connection (what was received, then EOF).
  * lost: Redis went away (not a reload or shutdown of ours): every session
- * on it ends, as every client of a Redis that restarts does. */
+ * on it ends, as every client of a Redis that restarts does. A routed
+ * session is one node's client of several: its requests owed replies here
+ * each get an error or go elsewhere (route_lost()), and it goes on. */
 static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
 {
     if (m->failed)
@@ -130,7 +132,9 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
               m->db, m->resp3 ? 3 : 2, why);
     for (uint32_t i = 0; i < m->fifo.len; i++) {
         struct fifo_entry *e = fifo_at(m, i);
-        if (e->kind == FE_SESSION || e->kind == FE_ROUTED)
+        if (e->kind == FE_ROUTED && m->owner == NULL)
+            route_lost(e->s, e->unit, m->be.t, was_ready);  /* one node of several */
+        else if (e->kind == FE_SESSION || e->kind == FE_ROUTED)
             session_shared_lost(e->s, was_ready);
         e->kind = FE_GONE;
     }
@@ -139,7 +143,7 @@ static void mux_fail(struct mux *m, const char *why, int was_ready, int lost)
         if (s->mux != m)
             continue;
         s->mux = NULL;
-        if (lost)
+        if (lost && s->route == NULL)   /* a routed session goes on with the other nodes */
             session_shared_lost(s, 1);
     }
     bconn_close(&m->be);

@@ -807,17 +807,18 @@ static enum ev_action finding_action(const struct rule *r, enum ev_effect e)
 }
 
 /* The findings of every key the command writes, into found[] (durable
- * writes are recorded on the way). Returns how many. */
+ * writes are recorded on the way, when record). Returns how many. */
 static int find_violations(const struct config *cfg, const struct request *req, int nk,
-                           unsigned flags, const struct policy_ctx *ctx)
+                           unsigned flags, const struct policy_ctx *ctx, int record)
 {
     int nf = 0;
     for (int i = 0; i < nk; i++) {
         struct slice key = req->argv[keys[i].argi];
         const struct rule *r = rules_match(&cfg->rules, key.p, key.len);
         if (r->kind == RULE_DURABLE) {
-            events_durable_write(r, req->argv[0], key, keys[i].effect == TE_SETS_TTL,
-                                 ctx->client);
+            if (record)
+                events_durable_write(r, req->argv[0], key, keys[i].effect == TE_SETS_TTL,
+                                     ctx->client);
             continue;
         }
         if (r->action == ACTION_ALLOW)
@@ -1191,7 +1192,7 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     if (keys[0].effect == TE_CARRY)
         return check_carry(cfg, req, nk, ctx, rw);
 
-    int nf = find_violations(cfg, req, nk, flags, ctx);
+    int nf = find_violations(cfg, req, nk, flags, ctx, 1);
     int reject = -1, rewrite = 0;
     for (int i = 0; i < nf; i++) {
         if (found[i].action == EACT_REJECTED && reject < 0)
@@ -1215,5 +1216,20 @@ enum verdict policy_check(const struct config *cfg, const struct request *req,
     for (int i = 0; i < nf; i++)
         events_violation_detail(found[i].rule, name, req->argv[found[i].argi], found[i].effect,
                                 found[i].action, derived, ctx->client);
+    return rewrite ? rewrite_command(req, ctx, flags, nf, rw) : V_FORWARD;
+}
+
+enum verdict policy_rewrite_part(const struct config *cfg, const struct request *req,
+                                 const struct policy_ctx *ctx, struct rewrite *rw)
+{
+    policy_rewrite_reset(rw);
+    unsigned flags = command_flags(ctx->cmd->row);
+    ensure_cap(req->argc);
+    int nk = command_keys(ctx->cmd, req->argc, req->argv, keys);
+    int nf = nk > 0 ? find_violations(cfg, req, nk, flags, ctx, 0) : 0, rewrite = 0;
+    for (int i = 0; i < nf; i++) {
+        ASSERT(found[i].action != EACT_REJECTED);   /* the whole would have been refused */
+        rewrite |= found[i].action == EACT_REWRITTEN;
+    }
     return rewrite ? rewrite_command(req, ctx, flags, nf, rw) : V_FORWARD;
 }

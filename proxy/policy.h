@@ -63,6 +63,15 @@ void policy_rewrite_reset(struct rewrite *rw);
 enum verdict policy_check(const struct config *cfg, const struct request *req,
                           const struct policy_ctx *ctx, struct rewrite *rw);
 
+/* One part of a request policy_check() judged whole (cluster = route sends
+ * an MSET whose keys lie in several slots as one MSET per slot): what
+ * policy_check() would send for those keys alone, with no event recorded
+ * (the whole's were) and no rejection (the whole would have been refused).
+ * Only for commands judged key by key (route_merge.h's split commands), of
+ * a known command (ctx->cmd with a row); rw as for policy_check(). */
+enum verdict policy_rewrite_part(const struct config *cfg, const struct request *req,
+                                 const struct policy_ctx *ctx, struct rewrite *rw);
+
 /* A large request, judged from its head (req->head: the arguments before
  * its large one, resp_request.h) so that its rest can stream to Redis as it
  * arrives. ctx->can_multi as for policy_check(). */

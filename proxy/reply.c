@@ -196,7 +196,7 @@ static void apply_reply(struct session *s, struct pending *head, char type)
  * follow-up script: an ACL without EXPIRE or EVAL, OOM): the client got
  * Redis's error or its command's reply, but the key may have no TTL.
  * Counted for /metrics, and said at most every 10 s with Redis's words. */
-static void rewrite_refused(struct session *s)
+void rewrite_refused(struct session *s, const char *err, size_t len)
 {
     static uint64_t last, since;
     uint64_t now = now_ms_monotonic();
@@ -204,11 +204,11 @@ static void rewrite_refused(struct session *s)
     since++;
     if (last != 0 && now - last < 10000)
         return;
-    const char *end = memchr(s->peek, '\r', s->peeklen);
-    int n = end != NULL ? (int)(end - s->peek) : (int)s->peeklen;     /* "-ERR ..." */
+    const char *end = memchr(err, '\r', len);
+    int n = end != NULL ? (int)(end - err) : (int)len;     /* "-ERR ..." */
     log_warn("Redis refused ttlguard's rewrite of a write under a rule (%llu time%s since "
              "the last warning): %.*s", (unsigned long long)since, since == 1 ? "" : "s",
-             n > 1 ? n - 1 : 0, s->peek + 1);
+             n > 1 ? n - 1 : 0, err + 1);
     last = now;
     since = 0;
 }
@@ -225,7 +225,7 @@ static void reply_done(struct session *s, char type)
     ASSERT(head->kind != PK_LOCAL);
     if (type == '-' && head->kind == PK_INTERNAL && head->rewritten &&
         head->what != PW_EXEC_FIRST)        /* its EXECABORT follows from the refusal */
-        rewrite_refused(s);
+        rewrite_refused(s, s->peek, s->peeklen);
     apply_reply(s, head, type);
     if (--head->remaining > 0)
         return;

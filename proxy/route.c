@@ -26,16 +26,30 @@
  * Redirects are followed here and never reach the client: -MOVED (the slot
  * map is updated at once and the topology read again soon), -ASK (ASKING,
  * then the request, on the named node's connection) and -TRYAGAIN (after
- * the topology read it starts: 0.2 s, at most a second). A unit is sent
- * again, whole, only when none of its replies shows that anything ran (all
- * are errors, or the proxy's MULTI's +OK), at most MAX_HOPS times; then the
- * client gets what the cluster said (reply.c hides a node address in it).
+ * the topology read it starts: 0.2 s, at most a second). -CLUSTERDOWN, which
+ * every node answers while a failed primary's replica is not promoted yet,
+ * goes the way of -TRYAGAIN, and so does a unit whose node cannot be reached
+ * (its connection refused: nothing was sent) or whose slot has no owner. A
+ * unit is sent again, whole, only when none of its replies shows that
+ * anything ran (all are errors, or the proxy's MULTI's +OK): MAX_HOPS times
+ * where a redirect names a node, for MAX_WAIT_NS where it waits for a
+ * topology read; then the client gets what the cluster said (reply.c hides a
+ * node address in it), or why the node cannot be reached. A node's connection
+ * lost after it was up fails only the units in flight there (they may have
+ * run: each gets an error, as a cluster client's connection to that node
+ * drops); the session goes on with the other nodes.
  *
  * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
  * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL,
  * RANDOMKEY... to every primary) is one pending entry to the session and
  * one unit per part here, each sent and redirected on its own; the session
- * gets their merged reply once the last part's is in. SCAN goes the same
+ * gets their merged reply once the last part's is in. An MSET under rules
+ * too: the session judges it whole (its events, its verdict; a rule's
+ * rejection refuses all of it, nothing sent), then route_rewrite() makes
+ * each part what the rules send for its keys alone (the proxy's MULTI form
+ * where a rule gives keys a TTL: the part's reply is EXEC's first element).
+ * Parts are not one transaction: a part that fails (its node down) leaves
+ * the others written, and the client gets the error. SCAN goes the same
  * way as one part: its cursor names a primary and that node's own cursor
  * (route_scan.h), so each call asks one primary and the client's scan
  * walks them one after the other.
@@ -94,6 +108,10 @@
 #include "util.h"
 
 #define MAX_HOPS        5               /* redirects followed for one request */
+#define MAX_WAIT_NS     3000000000ull   /* a request waits this long at most for the cluster
+                                           to serve its slot (-TRYAGAIN, -CLUSTERDOWN, its
+                                           node unreachable): a failover's election ends
+                                           about a second after the failure is agreed */
 #define POOL            32              /* buffers a session keeps for its next units */
 #define POOL_MAX_CAP    4096            /* ...each at most this big; freed when idle */
 #define BUF_FIRST       256             /* a new buffer's first size */
@@ -124,7 +142,8 @@ struct unit {
     int slot;                   /* SLOT_NONE or its keys' slot */
     int owed;                   /* replies still owed by the node's connection */
     int total;                  /* replies the request gets (owed again when resent) */
-    unsigned char hops;         /* redirects followed */
+    unsigned char hops;         /* redirects followed to the node they name */
+    uint64_t waited;            /* loop_now_ns when it first waited for the cluster, or 0 */
     unsigned char holds;        /* several replies: kept until the last is in */
     unsigned char asking;       /* the next reply is to the proxy's ASKING: dropped */
     unsigned char live;         /* the reply in progress goes to the session as it comes */
@@ -141,6 +160,7 @@ struct unit {
     int nkeys;                  /* ...the client's key count (MERGE_ORDERED) */
     int *pos;                   /* the client's key index of each key of this part */
     int npos;
+    int exec_first;             /* ...sent as the proxy's MULTI form: replies before EXEC's */
     struct scan_step scan;      /* on its first part, MERGE_SCAN: the node it scans */
 };
 
@@ -153,7 +173,11 @@ struct route_state {
     int slot;                   /* ...and its slot */
     unsigned char merge;        /* ...enum merge when it goes as several requests */
     unsigned char pinned;       /* ...enum pinned */
+    unsigned char unowned;      /* ...its slot has no owner in the slot map (its primary
+                                   failed): it waits for a topology read */
     int width;                  /* ...arguments per key (split by slot) */
+    struct merge_part *split;   /* ...its parts, each rewritten by the rules (route_rewrite()) */
+    int nsplit;
     struct scan_step scan;      /* ...SCAN: the primary its cursor points at */
     struct target *scan_to;     /* ...that primary */
     uint64_t scan_node;         /* ...and the node cursor it gets */
@@ -465,12 +489,11 @@ static int primaries(struct target ***out)
 }
 
 /* Does the request go as several (split by slot, or to every primary)? Its
- * merge, MERGE_NONE, or MERGE_FAIL. An MSET under rules is judged as one
- * request (its rewrite has every key): it is not split. */
+ * merge, MERGE_NONE, or MERGE_FAIL. Under rules too: an MSET is judged
+ * whole, then each part rewritten alone (route_rewrite()). */
 static int several(struct session *s, const struct request *req)
 {
     struct route_state *r = s->route;
-    const struct config *cfg = s->ctx->cfg;
     struct target **t;
     enum merge m = MERGE_NONE;
     if (r->slot == SLOT_CROSS) {
@@ -479,10 +502,6 @@ static int several(struct session *s, const struct request *req)
             r->slot = SLOT_NONE;        /* any node says what is wrong with it */
             return MERGE_NONE;
         }
-        for (int i = 1; m != MERGE_NONE && r->width == 2 && i < req->argc; i += 2)
-            if (!policy_inactive(cfg) && (cfg->rules.dflt.action != ACTION_ALLOW ||
-                rules_match(&cfg->rules, req->argv[i].p, req->argv[i].len) != &cfg->rules.dflt))
-                m = MERGE_NONE;
         return m;
     }
     if (r->slot == SLOT_NONE)
@@ -536,6 +555,59 @@ static const char *slot_refusal(struct session *s, const struct request *req)
     if (r->slot == SLOT_UNKNOWN)
         return "-ERR ttlguard cluster = route cannot find the keys of %s\r\n";
     return NULL;
+}
+
+/* ---- rules over several slots ---------------------------------------------------- */
+
+/* The parts route_rewrite() made, unless commit_parts() took them: the
+ * request they were for did not go as several after all. */
+static void drop_split(struct route_state *r)
+{
+    merge_parts_free(r->split, r->nsplit);
+    r->split = NULL;
+    r->nsplit = 0;
+}
+
+/* Part p's arguments (its keys, `width` arguments each, as merge_split()
+ * grouped them) into argv; returns how many. */
+static int part_argv(const struct request *req, int width, const struct merge_part *p,
+                     struct slice *argv)
+{
+    int argc = 0;
+    argv[argc++] = req->argv[0];
+    for (int j = 0; j < p->npos; j++)
+        for (int w = 0; w < width; w++)
+            argv[argc++] = req->argv[1 + p->pos[j] * width + w];
+    return argc;
+}
+
+void route_rewrite(struct session *s, const struct request *req, const struct policy_ctx *ctx,
+                   struct rewrite *rw)
+{
+    static struct rewrite part;
+    struct route_state *r = s->route;
+    if (r->slot != SLOT_CROSS || r->merge == MERGE_NONE)
+        return;                         /* it goes to one node, rewritten as it is */
+    struct slice *argv = xmalloc((size_t)req->argc * sizeof *argv);
+    r->split = merge_split(req->argc, req->argv, r->width, key_slot, &r->nsplit);
+    for (int i = 0; i < r->nsplit; i++) {
+        struct merge_part *p = &r->split[i];
+        struct request one = { .argc = part_argv(req, r->width, p, argv), .argv = argv,
+                               .inline_cmd = 1 };
+        if (policy_rewrite_part(s->ctx->cfg, &one, ctx, &part) == V_FORWARD)
+            continue;                   /* no rule rewrites its keys: it goes as it is */
+        /* What the rules build for MSET on a connection the proxy may wrap in
+         * MULTI (a routed request outside a pin): no probe, no follow-up. */
+        ASSERT(part.nprobe == 0 && part.followup.len == 0 && part.orig_args.len == 0);
+        p->req.len = 0;
+        sbuf_add(&p->req, part.pre.p, part.pre.len);
+        sbuf_add(&p->req, part.tail.p, part.tail.len);
+        p->exec_first = part.exec_first;
+    }
+    free(argv);
+    policy_rewrite_reset(rw);           /* the session sends the request as it is, counted
+                                           rewritten, for its one reply: commit_parts() */
+    sbuf_add(&rw->pre, req->raw.p, req->raw.len);
 }
 
 /* ---- what goes over the session's pin (route_pin.h) ------------------------------ */
@@ -772,6 +844,8 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
 {
     struct route_state *r = s->route;
     r->pinned = PIN_NOT;
+    r->unowned = 0;
+    drop_split(r);
     if (route_pin_blocked(s))
         return ROUTE_BLOCKED;
     int how = pin_use(s, req, pl);
@@ -792,14 +866,16 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
     struct target *t = NULL;
     if (no == NULL) {
         t = r->slot >= 0 ? cluster_slot_target(r->slot) : cluster_any_primary(r->hint);
-        if (t == NULL)
+        r->unowned = t == NULL && r->slot >= 0;
+        if (t == NULL && !r->unowned)
             no = route_unserved;
     }
     if (no != NULL) {
         answer(s, no, req);
         return 1;
     }
-    set_target(s, t);
+    if (t != NULL)                      /* unowned: counted where the session went last */
+        set_target(s, t);
     return 0;
 }
 
@@ -869,20 +945,32 @@ static void park_bytes(struct session *s, struct unit *u, const void *p, size_t 
     }
 }
 
-/* A unit to resend has no node to go to: the client gets what a cluster
- * without an owner for the slot says, once per reply owed. */
-static void unit_fail(struct session *s, struct unit *u)
+/* The unit's replies still owed are the error line err (CRLF included). */
+static void unit_answer(struct session *s, struct unit *u, const char *err)
 {
-    for (int i = 0; i < u->total; i++) {
-        size_t n = sizeof route_unserved - 1;
+    for (int i = 0; i < u->owed - u->asking; i++) {
+        size_t n = strlen(err);
         char type = '-';
         park_bytes(s, u, &type, 1);
         park_bytes(s, u, &n, sizeof n);
-        park_bytes(s, u, route_unserved, n);
+        park_bytes(s, u, err, n);
     }
     u->part = u->park.len;
     u->owed = 0;
+    u->asking = 0;
 }
+
+/* A unit to resend has no node to go to: the client gets what a cluster
+ * without an owner for the slot says, once per reply. */
+static void unit_fail(struct session *s, struct unit *u)
+{
+    u->owed = u->total;
+    unit_answer(s, u, route_unserved);
+}
+
+static void unit_unreached(struct session *s, struct unit *u, const struct target *t);
+static void unit_unowned(struct session *s, struct unit *u);
+static void deliver(struct session *s);
 
 /* Send the unit to t (again): ASKING first after -ASK. */
 static void unit_send(struct session *s, struct unit *u, struct target *t, int asking)
@@ -900,8 +988,10 @@ static void unit_send(struct session *s, struct unit *u, struct target *t, int a
     } else
         rc = asking && mux_send(s, t, ask, sizeof ask - 1, 1, u->tag) < 0 ? -1 :
              mux_send(s, t, u->req.p, u->req.len, u->total, u->tag);
-    if (rc < 0)
+    if (rc < 0 && u->pinned)
         session_shared_lost(s, 0);
+    else if (rc < 0)
+        unit_unreached(s, u, t);
 }
 
 void route_take(struct session *s, struct wbatch *wb)
@@ -967,6 +1057,13 @@ static struct merge_part *fanout_parts(const struct request *req, struct target 
 static struct merge_part *make_parts(struct route_state *r, const struct request *req,
                                      struct target ***prim, int *n)
 {
+    struct merge_part *split = r->split;
+    if (split != NULL) {                /* rewritten part by part */
+        *n = r->nsplit;
+        r->split = NULL;
+        r->nsplit = 0;
+        return split;
+    }
     if (r->slot == SLOT_CROSS)
         return merge_split(req->argc, req->argv, r->width, key_slot, n);
     if (r->merge != MERGE_SCAN)
@@ -988,8 +1085,10 @@ static void commit_parts(struct session *s, const struct request *req)
     int n;
     struct merge_part *parts = make_parts(r, req, &prim, &n);
     for (int i = 0; i < n && !s->closing; i++) {
-        struct unit *u = unit_new(r, parts[i].slot, 1, &parts[i].req);
+        int exec_first = parts[i].exec_first;
+        struct unit *u = unit_new(r, parts[i].slot, exec_first + 1, &parts[i].req);
         u->holds = 1;
+        u->exec_first = exec_first;
         u->pos = parts[i].pos;
         u->npos = parts[i].npos;
         parts[i].pos = NULL;
@@ -1003,7 +1102,7 @@ static void commit_parts(struct session *s, const struct request *req)
         if (t != NULL)
             unit_send(s, u, t, 0);
         else
-            unit_fail(s, u);
+            unit_unowned(s, u);
     }
     merge_parts_free(parts, n);
     r->cur.len = 0;
@@ -1024,6 +1123,7 @@ void route_commit(struct session *s, const struct request *req, struct wbatch *w
     if (r->merge != MERGE_NONE && s->mux_owed == 1 && r->cur.len == req->raw.len &&
         memcmp(r->cur.p, req->raw.p, req->raw.len) == 0) {
         commit_parts(s, req);           /* forwarded as it is: it can go as several */
+        deliver(s);                     /* what a node that cannot be reached answered */
         return;
     }
     if (s->mux_owed == 0) {             /* nothing will answer it: nothing to keep */
@@ -1036,7 +1136,11 @@ void route_commit(struct session *s, const struct request *req, struct wbatch *w
     struct unit *u = unit_new(r, r->slot, s->mux_owed, &r->cur);
     u->pinned = r->pinned;
     s->mux_owed = 0;
-    unit_send(s, u, s->be.t, 0);
+    if (r->unowned)
+        unit_unowned(s, u);
+    else
+        unit_send(s, u, s->be.t, 0);
+    deliver(s);
 }
 
 /* ---- replies -------------------------------------------------------------------- */
@@ -1075,24 +1179,57 @@ static int unit_ran(const struct unit *u)
     return 0;
 }
 
+/* The unit waits for the next topology read, then goes to its slot's owner
+ * (on_topology()). */
+static void unit_wait(struct session *s, struct unit *u)
+{
+    u->owed = 0;
+    u->asking = 0;
+    u->waiting = 1;
+    cluster_wait(&s->route->wait);
+}
+
+/* May the unit wait for a topology read (again)? For MAX_WAIT_NS from its
+ * first wait. */
+static int may_wait(struct unit *u)
+{
+    if (u->waited == 0)
+        u->waited = loop_now_ns;
+    return loop_now_ns - u->waited < MAX_WAIT_NS;
+}
+
+/* The unit's slot has no owner in the slot map (its primary failed): it
+ * waits for a topology read, a replica may take over; after MAX_WAIT_NS
+ * (or at once for a part of no slot) the client gets what a cluster
+ * without an owner for the slot says. */
+static void unit_unowned(struct session *s, struct unit *u)
+{
+    if (u->slot >= 0 && may_wait(u))
+        unit_wait(s, u);
+    else
+        unit_fail(s, u);
+}
+
 /* Every reply of a unit that met a redirect is in: send it again where the
- * redirect says (or, for -TRYAGAIN and nodes not known yet, to the slot's
- * owner after the next topology read), unless it ran or went far enough. */
+ * redirect says (or, for -TRYAGAIN, -CLUSTERDOWN and nodes not known yet, to
+ * the slot's owner after the next topology read), unless it ran or went far
+ * enough. */
 static void unit_redirected(struct session *s, struct unit *u)
 {
-    if (u->hops >= MAX_HOPS || unit_ran(u)) {
+    int waits = u->to == NULL || u->redirect == REDIR_TRYAGAIN;
+    if (unit_ran(u) || (waits ? !may_wait(u) : u->hops >= MAX_HOPS)) {
         u->redirect = 0;                /* the client gets what the cluster said */
         return;
     }
-    u->hops++;
-    s->ctx->stats.route_redirects[u->redirect - REDIR_MOVED]++;
+    if (u->redirect != REDIR_CLUSTERDOWN)   /* no redirect: not among them */
+        s->ctx->stats.route_redirects[u->redirect - REDIR_MOVED]++;
     unit_clear_park(s->route, u);
-    if (u->to != NULL && u->redirect != REDIR_TRYAGAIN) {
+    if (waits) {
+        unit_wait(s, u);
+    } else {
+        u->hops++;
         unit_send(s, u, u->to, u->redirect == REDIR_ASK);
-        return;
     }
-    u->waiting = 1;
-    cluster_wait(&s->route->wait);
 }
 
 /* The first `used` bytes of the park went to the session (a reply being
@@ -1105,6 +1242,29 @@ static void unpark(struct route_state *r, struct unit *u, size_t used)
     r->parked -= used;
 }
 
+/* A whole part's reply to merge: its one reply, or what the client gets of
+ * the proxy's MULTI form (merge_exec_reply()), the proxy's own commands in
+ * it that Redis refused counted as a request's are (reply.c). */
+static struct merge_reply part_reply(struct session *s, const struct unit *u)
+{
+    size_t off = 0;
+    struct rec rc;
+    rec_next(&u->park, &off, &rc);
+    struct slice one = { rc.p, rc.n };
+    if (u->exec_first > 0) {
+        struct slice *all = xmalloc((size_t)u->total * sizeof *all);
+        int n = 0;
+        for (off = 0; n < u->total && rec_next(&u->park, &off, &rc); n++) {
+            all[n] = (struct slice){ rc.p, rc.n };
+            if (rc.type == '-' && n != 1 && n < u->exec_first)    /* MULTI, EXPIRE */
+                rewrite_refused(s, rc.p, rc.n);
+        }
+        one = merge_exec_reply(all, n);
+        free(all);
+    }
+    return (struct merge_reply){ one.p, one.len, u->pos, u->npos };
+}
+
 /* The head units are the parts of one request: once every part's reply
  * is in, the client gets their merge. Returns 0 while one is owed. */
 static int deliver_merged(struct session *s)
@@ -1113,17 +1273,14 @@ static int deliver_merged(struct session *s)
     struct unit *first = unit_at(r, 0);
     int n = first->parts, nkeys = first->nkeys;
     enum merge how = first->merge;
-    struct merge_reply *mr = xcalloc((size_t)n, sizeof *mr);
     for (int i = 0; i < n; i++) {
         struct unit *u = unit_at(r, (uint32_t)i);
-        size_t off = 0;
-        struct rec rc;
-        if (u->owed > 0 || u->redirect || u->waiting || !rec_next(&u->park, &off, &rc)) {
-            free(mr);
+        if (u->owed > 0 || u->redirect || u->waiting || u->park.len == 0)
             return 0;
-        }
-        mr[i] = (struct merge_reply){ rc.p, rc.n, u->pos, u->npos };
     }
+    struct merge_reply *mr = xcalloc((size_t)n, sizeof *mr);
+    for (int i = 0; i < n; i++)
+        mr[i] = part_reply(s, unit_at(r, (uint32_t)i));
     size_t len;
     char *out = how == MERGE_SCAN ? scan_reply(&first->scan, mr[0].p, mr[0].n, &len)
                                   : merge_replies(how, mr, n, nkeys, &len);
@@ -1180,7 +1337,49 @@ static void on_topology(struct cluster_wait *w)
         if (t != NULL)
             unit_send(s, u, t, 0);
         else
-            unit_fail(s, u);
+            unit_unowned(s, u);
+    }
+    deliver(s);
+    session_flush_client();
+    session_settle(s);
+}
+
+/* Nothing of the unit reached node t (its connection never was up): a unit
+ * of a slot is sent again to the slot's owner after a topology read, read
+ * soon (the cluster may be promoting a replica of t), as a cluster client
+ * retries, for MAX_WAIT_NS at most; then, and for a unit of no slot (a part
+ * of a request to every primary cannot go elsewhere), the client gets why t
+ * cannot be reached. */
+static void unit_unreached(struct session *s, struct unit *u, const struct target *t)
+{
+    char err[sizeof t->down_reason + 3];
+    cluster_refresh_soon();
+    if (u->slot < 0 || !may_wait(u)) {
+        snprintf(err, sizeof err, "-%s\r\n", t->down_reason);
+        unit_answer(s, u, err);
+        return;
+    }
+    unit_wait(s, u);
+}
+
+void route_lost(struct session *s, uint32_t tag, const struct target *t, int was_ready)
+{
+    struct route_state *r = s->route;
+    struct unit *u = r != NULL && !s->closing ? unit_of(r, tag) : NULL;
+    if (u == NULL || u->owed == 0)
+        return;                         /* done at its first reply owed */
+    if (u->live || u->part != u->park.len) {
+        session_shared_lost(s, was_ready);  /* a reply cut short: as with one server */
+        return;
+    }
+    if (!was_ready) {
+        unit_unreached(s, u, t);
+    } else {                            /* it may have run: as a cluster client's
+                                           connection to t lost, for this request only */
+        char err[sizeof t->name + 64];
+        snprintf(err, sizeof err, "-ERR ttlguard: connection to %s lost\r\n", t->name);
+        cluster_refresh_soon();
+        unit_answer(s, u, err);
     }
     deliver(s);
     session_flush_client();
@@ -1285,6 +1484,7 @@ void route_free(struct session *s)
     if (r == NULL)
         return;
     route_pin_free(s);
+    drop_split(r);
     if (r->wait.waiting)
         cluster_unwait(&r->wait);
     while (r->units.len > 0)

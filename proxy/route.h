@@ -21,6 +21,8 @@ struct request;
 struct req_plan;
 struct target;
 struct wbatch;
+struct policy_ctx;
+struct rewrite;
 
 /* Accept: s becomes a routed session. Its client is read once the
  * backend's commands and the cluster's slots are known (route_cron()). */
@@ -59,6 +61,14 @@ int route_subscribed(struct session *s, const struct request *req, const struct 
  * Returns 1 when answered; 0: it goes to the node, for its own error. */
 int route_sub_refused(struct session *s, const struct request *req, const struct req_plan *pl);
 
+/* The rules rewrite the request (judged whole: its events, its verdict):
+ * when it goes as several (an MSET over several slots), each part becomes
+ * what the rules send for its keys alone (policy_rewrite_part()), and rw
+ * the request as it is, which the session sends and counts rewritten, for
+ * one reply (the parts' merged). Else nothing changes. */
+ROUTE_ENTRY void route_rewrite(struct session *s, const struct request *req,
+                               const struct policy_ctx *ctx, struct rewrite *rw);
+
 /* The bytes gathered for the request being handled (session.c's batch
  * towards the backend, which is reset). */
 ROUTE_ENTRY void route_take(struct session *s, struct wbatch *wb);
@@ -67,6 +77,10 @@ ROUTE_ENTRY void route_take(struct session *s, struct wbatch *wb);
  * (split by slot, or to every primary: route_merge.h). */
 ROUTE_ENTRY void route_commit(struct session *s, const struct request *req,
                               struct wbatch *wb);
+
+/* mux.c: node t's shared connection failed (was_ready: after it was up)
+ * owing replies to request `unit` of s (called once per reply owed). */
+void route_lost(struct session *s, uint32_t unit, const struct target *t, int was_ready);
 
 /* mux.c: bytes of one reply for request `unit` of s, from node `from`. */
 void route_reply(struct session *s, uint32_t unit, const struct target *from, const char *p,

@@ -169,6 +169,18 @@ static int array_elements(const char *p, size_t n, struct slice *el, int max)
     return got;
 }
 
+struct slice merge_exec_reply(const struct slice *r, int n)
+{
+    struct slice first;
+    const struct slice *exec = &r[n - 1];
+    if (exec->len > 0 && exec->p[0] == '*' && array_count(exec->p, exec->len) > 0 &&
+        array_elements(exec->p, exec->len, &first, 1) == 1)
+        return first;
+    if (n > 2 && r[1].len > 0 && r[1].p[0] == '-')
+        return r[1];
+    return *exec;
+}
+
 static char *merge_sum(const struct merge_reply *r, int n, size_t *len)
 {
     long long sum = 0;

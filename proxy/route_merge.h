@@ -1,7 +1,8 @@
 /*
  * route_merge: one client request that cluster = route sends as several
  * (route.c): a multi-key command whose keys lie in several slots, split into
- * one request per slot, or a command that must cover every primary, sent to
+ * one request per slot (an MSET under rules: each part then rewritten by
+ * the rules, route.c), or a command that must cover every primary, sent to
  * each (SCAN: to one after the other, route_scan.h); and the one reply the
  * client gets from their replies.
  *
@@ -53,6 +54,8 @@ struct merge_part {
     struct sbuf req;            /* the part's request, RESP encoded (owned) */
     int *pos;                   /* the client's key index of each of its keys (owned) */
     int npos;
+    int exec_first;             /* > 0: req is the proxy's MULTI form of the part (a rule's
+                                   rewrite, policy.h): this many replies, then EXEC's */
 };
 
 /* Split argv (keys from argv[1], `width` arguments each) by the slot
@@ -72,6 +75,12 @@ struct merge_reply {
     const int *pos;             /* MERGE_ORDERED: the part's key indexes */
     int npos;
 };
+
+/* A part sent as the proxy's MULTI form: r[0..n) its replies, EXEC's last.
+ * What the client gets of it, as reply.c gives it for one request: EXEC's
+ * first element (the command's own reply), else the error that refused the
+ * command when it was queued, else EXEC's reply (EXECABORT, a redirect). */
+struct slice merge_exec_reply(const struct slice *r, int n);
 
 /* The client's reply (malloc'ed, *len bytes): the first error among the
  * parts' replies, else their merge. nkeys: MERGE_ORDERED's element count.

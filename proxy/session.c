@@ -780,7 +780,10 @@ static enum verdict judge(struct session *s, const struct request *req,
                      !s->pushes,
         .client = session_client(s, &c),
     };
-    return policy_check(s->ctx->cfg, req, &ctx, rw);
+    enum verdict v = policy_check(s->ctx->cfg, req, &ctx, rw);
+    if (v == V_REWRITE && s->route != NULL)
+        route_rewrite(s, req, &ctx, rw);    /* an MSET over several slots: part by part */
+    return v;
 }
 
 static void answer_rejection(struct session *s, const struct req_plan *pl,

@@ -289,6 +289,11 @@ void note_queued_topology(struct session *s, const struct request *req, enum cmd
 /* Bytes of one reply for s from the connection its requests went to. */
 void session_reply(struct session *s, const char *p, size_t n, int done, char type, int start);
 
+/* Redis refused the proxy's own part of a rewrite with error err (len
+ * bytes, whole or its start): counted, and logged now and then (reply.c;
+ * route.c for the parts of a split rewrite). */
+void rewrite_refused(struct session *s, const char *err, size_t len);
+
 /* reply.c, for session.c */
 
 /* Cluster: while a redirect to a node not known yet waits for a topology

@@ -178,3 +178,26 @@ Test(route_merge, info_sums_counts_and_keyspace)
     struct merge_reply err[] = { { ra, (size_t)na, NULL, 0 }, { "-LOADING x\r\n", 12, NULL, 0 } };
     merged(MERGE_INFO, err, 2, 0, "-LOADING x\r\n");
 }
+
+/* reply i of the proxy's MULTI form of one part, by its bytes. */
+static void exec_reply(const struct slice *r, int n, const char *want)
+{
+    struct slice got = merge_exec_reply(r, n);
+    cr_assert_eq(got.len, strlen(want), "%.*s", (int)got.len, got.p);
+    cr_assert_eq(memcmp(got.p, want, got.len), 0, "%.*s", (int)got.len, got.p);
+}
+
+Test(route_merge, what_the_client_gets_of_the_multi_form)
+{
+    /* MULTI; SET a KEEPTTL; SET b; EXPIRE a NX; EXEC */
+    struct slice ran[] = { S("+OK\r\n"), S("+QUEUED\r\n"), S("+QUEUED\r\n"), S("+QUEUED\r\n"),
+                           S("*3\r\n+OK\r\n+OK\r\n:1\r\n") };
+    exec_reply(ran, 5, "+OK\r\n");
+    struct slice resp3[] = { S("+OK\r\n"), S("+QUEUED\r\n"), S("*2\r\n%1\r\n+a\r\n:1\r\n:0\r\n") };
+    exec_reply(resp3, 3, "%1\r\n+a\r\n:1\r\n");
+    struct slice refused[] = { S("+OK\r\n"), S("-OOM no\r\n"), S("+QUEUED\r\n"),
+                               S("-EXECABORT Transaction discarded\r\n") };
+    exec_reply(refused, 4, "-OOM no\r\n");
+    struct slice moved[] = { S("+OK\r\n"), S("+QUEUED\r\n"), S("-MOVED 7 127.0.0.1:7001\r\n") };
+    exec_reply(moved, 3, "-MOVED 7 127.0.0.1:7001\r\n");
+}
