@@ -603,29 +603,49 @@ const char *client_name(struct session *s)
     return session_client(s, &c)->addr;
 }
 
+/* The host of an address in host, and its port. */
+static int sockaddr_host(const struct sockaddr_storage *ss, char *host, size_t n)
+{
+    if (ss->ss_family == AF_INET6) {
+        uv_ip6_name((const struct sockaddr_in6 *)ss, host, n);
+        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    }
+    uv_ip4_name((const struct sockaddr_in *)ss, host, n);
+    return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+}
+
+/* host and port as Redis writes an address ("unix" without a port). */
+static const char *addr_text(const char *host, int port, char *buf, size_t n)
+{
+    if (port)
+        snprintf(buf, n, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    else
+        snprintf(buf, n, "%s", host);
+    return buf;
+}
+
+const char *session_local_addr(const struct session *s, char *buf, size_t n)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss, port = 0;
+    char host[64] = "unix";
+    if (s->client.h.handle.type == UV_TCP &&
+        uv_tcp_getsockname(&s->client.h.tcp, (struct sockaddr *)&ss, &len) == 0)
+        port = sockaddr_host(&ss, host, sizeof host);
+    return addr_text(host, port, buf, n);
+}
+
 const struct ev_client *session_client(struct session *s, struct ev_client *c)
 {
     if (s->client_addr == NULL) {
         struct sockaddr_storage ss;
         int len = sizeof ss;
-        char host[64] = "unix";
+        char host[64] = "unix", buf[96];
         int port = 0;
         if (s->client.h.handle.type == UV_TCP &&
-            uv_tcp_getpeername(&s->client.h.tcp, (struct sockaddr *)&ss, &len) == 0) {
-            if (ss.ss_family == AF_INET6) {
-                uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
-                port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-            } else {
-                uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof host);
-                port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            }
-        }
-        char buf[96];
-        if (port)
-            snprintf(buf, sizeof buf, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-        else
-            snprintf(buf, sizeof buf, "%s", host);
-        s->client_addr = xstrdup(buf);
+            uv_tcp_getpeername(&s->client.h.tcp, (struct sockaddr *)&ss, &len) == 0)
+            port = sockaddr_host(&ss, host, sizeof host);
+        s->client_addr = xstrdup(addr_text(host, port, buf, sizeof buf));
     }
     c->addr = s->client_addr;
     c->name = s->client_name;
@@ -985,15 +1005,7 @@ static int client_reached(const struct session *s, char *host, size_t hostlen)
     if (s->client.h.handle.type != UV_TCP ||
         uv_tcp_getsockname(&s->client.h.tcp, (struct sockaddr *)&ss, &len) != 0)
         return 0;
-    if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
-        uv_ip6_name(a, host, hostlen);
-        port = ntohs(a->sin6_port);
-    } else {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-        uv_ip4_name(a, host, hostlen);
-        port = ntohs(a->sin_port);
-    }
+    port = sockaddr_host(&ss, host, hostlen);
     const char *sni = s->client.tls != NULL ? tls_client_sni(s->client.tls) : NULL;
     if (sni != NULL)
         snprintf(host, hostlen, "%s", sni);
@@ -1522,6 +1534,11 @@ int session_state_requests(const struct session *s, struct sbuf *out)
         struct slice a[3] = { SL("CLIENT"), SL("NO-EVICT"), SL("ON") };
         n += add_request(out, 3, a);
     }
+    if (s->route != NULL && s->client_name != NULL) {   /* a pin: named as its client */
+        struct slice a[3] = { SL("CLIENT"), SL("SETNAME"),
+                              { s->client_name, strlen(s->client_name) } };
+        n += add_request(out, 3, a);
+    }
     return n;
 }
 
@@ -1763,6 +1780,7 @@ void session_accept(struct clients *cl, uv_stream_t *listener, struct tls_contex
     if (cl->all)
         cl->all->prev = s;
     cl->all = s;
+    s->id = ++cl->last_id;
     cl->nsessions++;
     cl->nclients++;
     ctx->stats.clients_accepted++;
