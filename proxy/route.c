@@ -65,6 +65,7 @@
 #include "identify.h"
 #include "login.h"
 #include "route.h"
+#include "route_client.h"
 #include "route_merge.h"
 #include "route_pin.h"
 #include "route_scan.h"
@@ -290,8 +291,19 @@ static int whole_keyspace(const struct request *req)
     return 0;
 }
 
-/* Our own reply to the request, in its place. */
-static void answer(struct session *s, const char *fmt, const struct request *req)
+void route_answer(struct session *s, const struct request *req, const struct req_plan *pl,
+                  const char *p, size_t n)
+{
+    struct req_plan own = *pl;
+    plan_replies(s, req, &own);
+    if (own.replies)
+        queue_local(s, p, n, 0);
+}
+
+/* Our own reply to the request, in its place (fmt: a printf format with
+ * the command's name for %s). */
+static void answer(struct session *s, const char *fmt, const struct request *req,
+                   const struct req_plan *pl)
 {
     char line[256], name[64];
     size_t n = req->argv[0].len < sizeof name - 1 ? req->argv[0].len : sizeof name - 1;
@@ -301,7 +313,7 @@ static void answer(struct session *s, const char *fmt, const struct request *req
     }
     name[n] = '\0';
     int len = snprintf(line, sizeof line, fmt, name);
-    queue_local(s, line, (size_t)(len < (int)sizeof line ? len : (int)sizeof line - 1), 0);
+    route_answer(s, req, pl, line, (size_t)(len < (int)sizeof line ? len : (int)sizeof line - 1));
 }
 
 /* SELECT as a cluster node answers it: 0 only. */
@@ -553,7 +565,7 @@ static int pick_pinned(struct session *s, const struct request *req, const struc
         set_target(s, t);
     } else if (rc == 1) {
         s->multi_dirty |= s->in_multi;
-        answer(s, no, req);
+        answer(s, no, req, pl);
     }
     return rc;
 }
@@ -568,6 +580,11 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
     int how = pin_use(s, req, pl);
     if (how >= 0)
         return pick_pinned(s, req, pl, (enum pin_take)how, needs_own);
+    if (pl->id == CID_CLIENT) {
+        if (route_client(s, req, pl))
+            return 1;
+        needs_own = 0;                  /* to a node: carried, every primary's, or refused there */
+    }
     const char *no = refusal(s, req, pl, needs_own && how != PIN_ANY);
     if (no == NULL && pl->id == CID_HELLO) {
         emit_locals(s);
@@ -585,7 +602,7 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
             no = route_unserved;
     }
     if (no != NULL) {
-        answer(s, no, req);
+        answer(s, no, req, pl);
         return 1;
     }
     set_target(s, t);

@@ -41,6 +41,11 @@ void route_cron(struct session *s);
 ROUTE_ENTRY int route_pick(struct session *s, const struct request *req,
                            const struct req_plan *pl, int needs_own);
 
+/* The proxy's own reply (n bytes of p) to req, in its place; nothing when
+ * CLIENT REPLY says the client gets none (plan_replies()). */
+void route_answer(struct session *s, const struct request *req, const struct req_plan *pl,
+                  const char *p, size_t n);
+
 /* The bytes gathered for the request being handled (session.c's batch
  * towards the backend, which is reset). */
 ROUTE_ENTRY void route_take(struct session *s, struct wbatch *wb);

@@ -36,6 +36,9 @@ enum merge merge_fanout_kind(int argc, const struct slice *argv)
         return MERGE_FIRST;
     if (argc >= 2 && slice_eq_nocase(argv[0], "scan"))
         return MERGE_SCAN;
+    if (argc >= 2 && slice_eq_nocase(argv[0], "client") &&
+        (slice_eq_nocase(argv[1], "pause") || slice_eq_nocase(argv[1], "unpause")))
+        return MERGE_SAME;
     if (argc >= 2 && slice_eq_nocase(argv[0], "script") &&
         (slice_eq_nocase(argv[1], "load") || slice_eq_nocase(argv[1], "flush")))
         return MERGE_SAME;

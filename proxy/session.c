@@ -657,12 +657,20 @@ const struct ev_client *session_client(struct session *s, struct ev_client *c)
 /* ------------------------------------------------------------------------ */
 /* Handling one request                                                      */
 
+/* Does Redis answer what s sends? Not under CLIENT REPLY OFF, unless the
+ * proxy keeps CLIENT REPLY itself (cluster = route: route_client.c) and
+ * drops the replies the client does not get. */
+static int redis_answers(const struct session *s)
+{
+    return !s->reply_off || s->route != NULL;
+}
+
 /* A follow-up request whose reply the proxy swallows. Redis does not answer
  * it under CLIENT REPLY OFF, so then nothing is waited for. */
 void send_internal(struct session *s, const char *p, size_t len, int count)
 {
     tob_add(s, p, len, 1);
-    if (s->reply_off)
+    if (!redis_answers(s))
         return;
     struct pending *e = q_push(s);
     e->kind = PK_INTERNAL;
@@ -806,7 +814,7 @@ static void answer_rejection(struct session *s, const struct req_plan *pl,
         s->multi_dirty = 1;     /* refused at queue time: EXEC must abort */
     if (pl->replies) {
         queue_local(s, rw->err.p, rw->err.len, 0);
-    } else if (pl->skipped) {
+    } else if (pl->skipped && s->route == NULL) {
         /* Redis still owes the SKIP to one command: give it a PING. */
         static const char ping[] = "*1\r\n$4\r\nPING\r\n";
         tob_add(s, ping, sizeof ping - 1, 1);
@@ -822,10 +830,10 @@ static void abort_exec(struct session *s, const struct req_plan *pl)
         "-EXECABORT Transaction discarded because of previous errors.\r\n";
     tob_add(s, discard, sizeof discard - 1, 1);
     multi_reset(s);
-    if (pl->replies) {
+    if (pl->replies || redis_answers(s)) {
         struct pending *e = q_push(s);
         e->kind = PK_INTERNAL;
-        e->what = PW_REPLACE;
+        e->what = pl->replies ? PW_REPLACE : PW_PLAIN;
         e->local = abort_line;
         e->local_len = sizeof abort_line - 1;
         owe(s, 1);
@@ -886,7 +894,7 @@ static void expect_replies(struct session *s, const struct request *req,
         note_queued_topology(s, req, pl->id);
     if (s->replica)
         return;
-    if (!pl->replies) {
+    if (!pl->replies && s->route == NULL) {
         /* Under CLIENT REPLY OFF|SKIP Redis still applies HELLO, RESET, AUTH:
          * no reply will confirm or undo them, so they count as sent. */
         struct pending unused = { .kind = PK_FORWARD, .remaining = 0 };
@@ -913,6 +921,10 @@ static void expect_replies(struct session *s, const struct request *req,
         pe.local = xmemdup(rw->guard.p, rw->guard.len);
         pe.local_len = (uint32_t)rw->guard.len;
         pe.local_owned = 1;
+    }
+    if (!pl->replies) {                 /* cluster = route: the node's reply is dropped */
+        pe.kind = PK_INTERNAL;
+        pe.rewritten = 0;
     }
     if (pe.remaining != 0) {            /* RESP3 pub/sub: confirmations are pushes */
         *q_push(s) = pe;
@@ -1114,7 +1126,8 @@ static void empty_request(struct session *s)
     if (!s->reply_skip || (command_set_features(control_facts()->commands) & FT_EMPTY_NO_RESET))
         return;
     s->reply_skip = 0;
-    tob_add(s, "\r\n", 2, 1);
+    if (s->route == NULL)               /* cluster = route: the SKIP was the proxy's */
+        tob_add(s, "\r\n", 2, 1);
 }
 
 /* ------------------------------------------------------------------------ */
