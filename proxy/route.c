@@ -33,7 +33,7 @@
  *
  * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
  * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL,
- * RANDOMKEY... to every primary) is one pending entry to the session and
+ * RANDOMKEY, CLIENT PAUSE... to every primary) is one pending entry to the session and
  * one unit per part here, each sent and redirected on its own; the session
  * gets their merged reply once the last part's is in. SCAN goes the same
  * way as one part: its cursor names a primary and that node's own cursor
@@ -49,11 +49,17 @@
  * like any other; only a transaction's redirects are not followed (the
  * node flagged it), a blocking command's move the pin.
  *
+ * CLIENT is about the proxy's own clients, as from one server: the proxy
+ * answers it (route_client.c: names, ids, CLIENT LIST and KILL over its
+ * sessions, CLIENT REPLY by dropping the nodes' replies itself); CLIENT
+ * PAUSE and UNPAUSE go to every primary, SETINFO and NO-EVICT are carried.
+ *
  * What route.c does not build yet is refused before anything is sent, with
- * an error that says so (route_pick(): pub/sub, MONITOR, CLIENT but SETINFO
- * and NO-EVICT, AUTH, HELLO with AUTH or SETNAME, RESET, WAIT, WAITAOF, and
- * inside MULTI HELLO and what would cover every primary); other keys in
- * several slots get the cluster's own -CROSSSLOT.
+ * an error that says so (route_pick(): pub/sub, MONITOR, CLIENT TRACKING
+ * and the rest of client-side caching, NO-TOUCH and UNBLOCK, CLIENT inside
+ * MULTI, AUTH, HELLO with AUTH or SETNAME, RESET, WAIT, WAITAOF, and inside
+ * MULTI HELLO and what would cover every primary); other keys in several
+ * slots get the cluster's own -CROSSSLOT.
  */
 #include <stdlib.h>
 #include <string.h>

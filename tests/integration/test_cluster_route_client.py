@@ -291,3 +291,21 @@ def test_what_is_not_built_is_refused(proxy):
         got = c.cmd("CLIENT", "ID")
         assert isinstance(got, RespError) and b"does not support CLIENT" in got, got
         assert isinstance(c.cmd("EXEC"), RespError)
+
+
+def test_killing_a_blocked_client_leaves_none_on_its_node(cluster, proxy):
+    k = "kb:{3}"
+    node = owner_port(cluster, k)
+
+    def blocked_on_node():
+        return any(d.get("cmd") == "blpop" and "b" in d.get("flags", "")
+                   for d in harness.client_list(node))
+
+    with Conn(proxy.port) as victim, Conn(proxy.port) as killer:
+        vid = victim.cmd("CLIENT", "ID")
+        victim.send(enc("BLPOP", k, "0"))
+        wait_blocked(node, "blpop")
+        assert killer.cmd("CLIENT", "KILL", "ID", str(vid)) == 1
+        assert victim.read_until_eof() == b""
+        wait_for(lambda: not blocked_on_node(), 5, "the node to forget the blocked client")
+        assert killer.cmd("PING") == b"PONG"
