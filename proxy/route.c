@@ -33,12 +33,12 @@
  *
  * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
  * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL,
- * RANDOMKEY, CLIENT PAUSE... to every primary) is one pending entry to the session and
- * one unit per part here, each sent and redirected on its own; the session
- * gets their merged reply once the last part's is in. SCAN goes the same
- * way as one part: its cursor names a primary and that node's own cursor
- * (route_scan.h), so each call asks one primary and the client's scan
- * walks them one after the other.
+ * RANDOMKEY, CLIENT PAUSE... to every primary) is one pending entry to the
+ * session and one unit per part here, each sent and redirected on its own;
+ * the session gets their merged reply once the last part's is in. SCAN
+ * goes the same way as one part: its cursor names a primary and that
+ * node's own cursor (route_scan.h), so each call asks one primary and the
+ * client's scan walks them one after the other.
  *
  * What one connection that others share cannot carry goes over a pin, a
  * connection of the session's own to one node (route_pin.c), as a cluster

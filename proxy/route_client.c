@@ -137,7 +137,8 @@ static const char *flags_of(const struct session *c, char *f)
     return f;
 }
 
-/* c's line, in Redis 7.2's fields and order, with its newline. */
+/* c's line, in Redis 7.2's fields and order, with its newline. multi= is
+ * how many commands its MULTI queued (multi_topo: one byte for each). */
 static void client_line(struct sbuf *b, struct session *c, uint64_t now)
 {
     char laddr[96], flags[8];
@@ -269,10 +270,10 @@ static const char *kill_options(const struct request *req, struct kill_filter *f
                                 struct slice *quote)
 {
     for (int i = 2; i < req->argc; i += 2) {
-        struct slice opt = req->argv[i], v = i + 1 < req->argc ? req->argv[i + 1] : opt;
-        *quote = v;
         if (i + 1 >= req->argc)
             return ERR_SYNTAX;
+        struct slice opt = req->argv[i], v = req->argv[i + 1];
+        *quote = v;
         if (slice_eq_nocase(opt, "id")) {
             if (slice_to_ll(v, &f->id) != 0 || f->id < 1)
                 return "-ERR client-id should be greater than 0\r\n";

@@ -657,20 +657,13 @@ const struct ev_client *session_client(struct session *s, struct ev_client *c)
 /* ------------------------------------------------------------------------ */
 /* Handling one request                                                      */
 
-/* Does Redis answer what s sends? Not under CLIENT REPLY OFF, unless the
- * proxy keeps CLIENT REPLY itself (cluster = route: route_client.c) and
- * drops the replies the client does not get. */
-static int redis_answers(const struct session *s)
-{
-    return !s->reply_off || s->route != NULL;
-}
-
 /* A follow-up request whose reply the proxy swallows. Redis does not answer
- * it under CLIENT REPLY OFF, so then nothing is waited for. */
+ * it under CLIENT REPLY OFF, so then nothing is waited for; a node does in
+ * cluster = route, where the proxy keeps CLIENT REPLY itself (route_client.c). */
 void send_internal(struct session *s, const char *p, size_t len, int count)
 {
     tob_add(s, p, len, 1);
-    if (!redis_answers(s))
+    if (s->reply_off && s->route == NULL)
         return;
     struct pending *e = q_push(s);
     e->kind = PK_INTERNAL;
@@ -830,7 +823,7 @@ static void abort_exec(struct session *s, const struct req_plan *pl)
         "-EXECABORT Transaction discarded because of previous errors.\r\n";
     tob_add(s, discard, sizeof discard - 1, 1);
     multi_reset(s);
-    if (pl->replies || redis_answers(s)) {
+    if (pl->replies || s->route != NULL) {     /* route: the node answers, the proxy drops it */
         struct pending *e = q_push(s);
         e->kind = PK_INTERNAL;
         e->what = pl->replies ? PW_REPLACE : PW_PLAIN;
