@@ -9,7 +9,8 @@
  * answers CLIENT itself, as redis-cluster-proxy and camellia do:
  *
  *   SETNAME, GETNAME  the session's name (s->client_name, Redis's checks); a pin the
- *                     session opens is named so too (session_state_requests())
+ *                     session opens is named so too (session_state_requests()); so
+ *                     is HELLO protover SETNAME's, the HELLO going on without it
  *   ID                the session's id (s->id: unique among the proxy's clients)
  *   INFO, LIST        Redis 7.2's line per client; what the proxy does not keep per
  *                     client (its last command, its output buffers) reads as a
@@ -360,6 +361,34 @@ static void client_setname(struct session *s, const struct request *req,
     free(s->client_name);
     s->client_name = name.len > 0 ? xmemdup(name.p, name.len) : NULL;
     say(s, req, pl, "+OK\r\n");
+}
+
+int route_hello_setname(struct session *s, const struct request *req, struct req_plan *pl,
+                        struct request *fwd)
+{
+    static struct sbuf bytes;
+    long long proto;
+    if (req->argc != 4 || !slice_eq_nocase(req->argv[2], "setname"))
+        return 0;
+    int valid = slice_to_ll(req->argv[1], &proto) == 0 && (proto == 2 || proto == 3);
+    if (valid && !login_client_name_ok(req->argv[3])) {
+        say(s, req, pl, login_err_client_name);
+        return 1;
+    }
+    if (valid) {                        /* else the node says what is wrong with protover */
+        free(s->client_name);
+        s->client_name = req->argv[3].len > 0 ? xmemdup(req->argv[3].p, req->argv[3].len)
+                                              : NULL;
+    }
+    bytes.len = 0;
+    addf(&bytes, "*2\r\n$5\r\nHELLO\r\n$%zu\r\n", req->argv[1].len);
+    sbuf_add(&bytes, req->argv[1].p, req->argv[1].len);
+    sbuf_add(&bytes, "\r\n", 2);
+    *fwd = (struct request){ .argc = 2, .argv = req->argv,
+                             .raw = { bytes.p, bytes.len } };
+    pl->words = command_words(pl->id, fwd->argc, fwd->argv);
+    pl->raw_copy = 1;
+    return 0;
 }
 
 static void client_getname(struct session *s, const struct request *req,

@@ -14,4 +14,11 @@
  * subcommand). */
 int route_client(struct session *s, const struct request *req, const struct req_plan *pl);
 
+/* HELLO protover SETNAME name: the name is the session's as with CLIENT
+ * SETNAME, and HELLO protover goes on as *fwd (its bytes the proxy's, until
+ * the next call). Returns 1 when the proxy answered it (a name Redis
+ * refuses), 0 when it goes on (*fwd: req, or HELLO protover). */
+int route_hello_setname(struct session *s, const struct request *req, struct req_plan *pl,
+                        struct request *fwd);
+
 #endif

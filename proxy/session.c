@@ -57,6 +57,7 @@
 #include "events.h"
 #include "login.h"
 #include "route.h"
+#include "route_client.h"
 #include "route_pin.h"
 #include "sentinel.h"
 #include "session_int.h"
@@ -1051,6 +1052,10 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
         return h;
     req = &fwd;
+    if (s->route != NULL && pl.id == CID_HELLO && route_hello_setname(s, req, &pl, &fwd)) {
+        s->ctx->stats.requests++;
+        return HR_DONE;
+    }
     if (answer_sentinel(s, req))
         return HR_DONE;
     if (s->mode == SM_OWN && s->ctx->cfg->multiplex)

@@ -6,8 +6,8 @@ is about its clients, answered by the proxy as Redis answers it.
 Checked with real clients (python3-redis's plain redis.Redis, redis-cli
 without -c), against a real standalone redis-server where the proxy claims
 Redis's words, and on the nodes themselves where the proxy sends something:
-  - SETNAME / GETNAME / ID / INFO / LIST: names, ids and lines of the proxy's
-    own clients; a name reaches the connection a blocking command opens on
+  - SETNAME / GETNAME / ID / INFO / LIST (and HELLO ... SETNAME): names, ids
+    and lines of the proxy's own clients; a name reaches the connection a blocking command opens on
     its node (the node's CLIENT LIST shows it);
   - CLIENT KILL (old and filter forms): the killed client's connection
     really closes, the replies and errors are Redis's;
@@ -107,6 +107,10 @@ SAME_AS_REDIS = [
     ("CLIENT", "KILL", "ADDR", "10.9.9.9:1", "SKIPME", "no"),
     ("CLIENT", "REPLY", "maybe"),
     ("CLIENT", "REPLY"),
+    ("HELLO", "3", "SETNAME", "a b"),
+    ("HELLO", "4", "SETNAME", "x"),
+    ("HELLO", "x", "SETNAME", "x"),
+    ("CLIENT", "GETNAME"),
     ("PING",),
 ]
 
@@ -160,6 +164,11 @@ def test_names_ids_and_the_client_list(proxy):
     assert isinstance(line, harness.RespVerbatim), line
     assert fields(bytes(line).decode())["resp"] == "3"
     c3.close()
+    # HELLO ... SETNAME names the client as CLIENT SETNAME does
+    with Conn(proxy.port) as h:
+        assert isinstance(h.cmd("HELLO", "2", "SETNAME", "via-hello"), list)
+        assert h.cmd("CLIENT", "GETNAME") == b"via-hello"
+        assert h.cmd("PING") == b"PONG"
     # redis-cli without -c: its one connection is in the list, named
     out = cli(proxy.port, "CLIENT", "INFO")
     assert fields(out)["laddr"] == "127.0.0.1:%d" % proxy.port
