@@ -51,13 +51,13 @@
  *
  * CLIENT is about the proxy's own clients, as from one server: the proxy
  * answers it (route_client.c: names, ids, CLIENT LIST and KILL over its
- * sessions, CLIENT REPLY by dropping the nodes' replies itself); CLIENT
- * PAUSE and UNPAUSE go to every primary, SETINFO and NO-EVICT are carried.
+ * sessions, CLIENT REPLY by dropping the nodes' replies itself, UNBLOCK
+ * sent to the node a client is blocked on); CLIENT PAUSE and UNPAUSE go to
+ * every primary, SETINFO and NO-EVICT are carried.
  *
  * What route.c does not build yet is refused before anything is sent, with
  * an error that says so (route_pick(): pub/sub, MONITOR, CLIENT TRACKING
- * and the rest of client-side caching, NO-TOUCH and UNBLOCK, CLIENT inside
- * MULTI, AUTH, HELLO with AUTH or with more options than SETNAME, RESET,
+ * and the rest of client-side caching, CLIENT NO-TOUCH, CLIENT inside MULTI, AUTH, HELLO with AUTH or with more options than SETNAME, RESET,
  * WAIT, WAITAOF, and inside MULTI HELLO and what would cover every
  * primary); other keys in several slots get the cluster's own -CROSSSLOT.
  */
@@ -736,6 +736,22 @@ static struct unit *unit_new(struct route_state *r, int slot, int total, struct 
     *req = (struct sbuf){ 0 };
     r->next++;
     return u;
+}
+
+void route_send_instead(struct session *s, const struct request *req, const struct req_plan *pl,
+                        struct target *t, const char *p, size_t n)
+{
+    struct route_state *r = s->route;
+    struct req_plan own = *pl;
+    plan_replies(s, req, &own);
+    struct pending *e = q_push(s);
+    e->kind = own.replies ? PK_FORWARD : PK_INTERNAL;
+    e->t0 = loop_now_ns;
+    set_target(s, t);
+    buf_get(r, &r->cur);
+    sbuf_add(&r->cur, p, n);
+    s->ctx->stats.bytes_to_backends += n;
+    unit_send(s, unit_new(r, SLOT_NONE, 1, &r->cur), t, 0);
 }
 
 /* RANDOMKEY's order of primaries: not the same for every call. */

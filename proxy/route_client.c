@@ -27,11 +27,13 @@
  * a form the node refuses itself (its arity, an unknown subcommand), for
  * the node's own words.
  *
+ * UNBLOCK of a client blocked on its pin goes to the pin's node, with the
+ * node's id for that connection (route_pin.h).
+ *
  * Refused, saying so: TRACKING and the rest of client-side caching (a node
  * sends invalidations on the connection that read the key: a shared one,
  * whose reads are every client's), NO-TOUCH (the flag would be every
- * client's on that connection), UNBLOCK (a client blocks on a pin, under
- * the node's id for that connection: not built yet).
+ * client's on that connection).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -350,6 +352,43 @@ static void client_kill(struct session *s, const struct request *req, const stru
 
 /* ---- the rest --------------------------------------------------------------------- */
 
+/* CLIENT UNBLOCK id [TIMEOUT|ERROR]: a session blocked on its pin is the
+ * node's client there, under the node's id for the pin's connection: the
+ * node unblocks it (CLIENT UNBLOCK with that id, sent to it) and its reply
+ * is the asker's; any other client is not blocked (:0). More arguments:
+ * the node's own error. */
+static int client_unblock(struct session *s, const struct request *req,
+                          const struct req_plan *pl)
+{
+    long long id, node_id;
+    char line[96];
+    if (req->argc > 4)
+        return 0;
+    if (req->argc == 4 && !slice_eq_nocase(req->argv[3], "timeout") &&
+        !slice_eq_nocase(req->argv[3], "error")) {
+        say(s, req, pl, "-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n");
+        return 1;
+    }
+    if (slice_to_ll(req->argv[2], &id) != 0) {
+        say(s, req, pl, "-ERR value is not an integer or out of range\r\n");
+        return 1;
+    }
+    struct session *c = client_by_id(s, id);
+    struct target *t = c != NULL ? route_pin_blocked_at(c, &node_id) : NULL;
+    if (t == NULL) {
+        say(s, req, pl, ":0\r\n");
+        return 1;
+    }
+    int n = snprintf(line, sizeof line, "%lld", node_id);
+    struct sbuf b = { 0 };
+    addf(&b, "*%d\r\n$6\r\nCLIENT\r\n$7\r\nUNBLOCK\r\n$%d\r\n%s\r\n", req->argc, n, line);
+    if (req->argc == 4)
+        addf(&b, "$%zu\r\n%.*s\r\n", req->argv[3].len, (int)req->argv[3].len, req->argv[3].p);
+    route_send_instead(s, req, pl, t, b.p, b.len);
+    free(b.p);
+    return 1;
+}
+
 static void client_setname(struct session *s, const struct request *req,
                            const struct req_plan *pl)
 {
@@ -458,6 +497,8 @@ int route_client(struct session *s, const struct request *req, const struct req_
     for (size_t i = 0; i < sizeof carried / sizeof *carried; i++)
         if (slice_eq_nocase(sub, carried[i]))
             return 0;
+    if (slice_eq_nocase(sub, "unblock"))
+        return client_unblock(s, req, pl);
     say(s, req, pl, refusal(sub));
     return 1;
 }

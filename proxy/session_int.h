@@ -333,8 +333,8 @@ int mux_send_on(struct mux *m, struct session *s, const char *p, size_t n, int o
                 uint32_t unit);
 
 /* mux.c, for route_pin.c: a routed session's connection of its own to t,
- * never shared (its `owner`). pre: requests sent first whose npre replies
- * are the proxy's (the session's state). NULL when it cannot be opened.
+ * never shared (its `owner`). Its CLIENT ID goes first (route_pin_node_id()),
+ * then pre: requests whose npre replies are the proxy's (the session's state). NULL when it cannot be opened.
  * Its failure ends the session as a shared connection's does
  * (route_pin_lost() first). */
 struct mux *mux_pin_open(struct session *s, struct target *t, const char *pre, size_t n,

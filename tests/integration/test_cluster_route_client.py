@@ -14,6 +14,8 @@ Redis's words, and on the nodes themselves where the proxy sends something:
   - CLIENT REPLY OFF / SKIP / ON in a pipeline over keys of every primary:
     the writes happen on their nodes (a TTL rule's rewrite too), only the
     replies wanted come back, in order;
+  - CLIENT UNBLOCK of a client blocked on its node unblocks it there, with
+    the timeout's reply or the error, as Redis does;
   - CLIENT PAUSE WRITE holds a write sent straight to every primary until
     CLIENT UNPAUSE through the proxy;
   - what is not built is refused with an error that says so.
@@ -107,6 +109,10 @@ SAME_AS_REDIS = [
     ("CLIENT", "KILL", "ADDR", "10.9.9.9:1", "SKIPME", "no"),
     ("CLIENT", "REPLY", "maybe"),
     ("CLIENT", "REPLY"),
+    ("CLIENT", "UNBLOCK", "x"),
+    ("CLIENT", "UNBLOCK", "1", "maybe"),
+    ("CLIENT", "UNBLOCK", "999999"),
+    ("CLIENT", "UNBLOCK", "1", "TIMEOUT", "x"),
     ("HELLO", "3", "SETNAME", "a b"),
     ("HELLO", "4", "SETNAME", "x"),
     ("HELLO", "x", "SETNAME", "x"),
@@ -288,8 +294,8 @@ def test_what_is_not_built_is_refused(proxy):
                                        b"client-side caching"),
         (("CLIENT", "GETREDIR"), b"ERR ttlguard cluster = route does not support "
                                  b"client-side caching"),
-        (("CLIENT", "UNBLOCK", "1"), b"ERR ttlguard cluster = route does not support this "
-                                     b"CLIENT subcommand yet"),
+        (("CLIENT", "TRACKINGINFO"), b"ERR ttlguard cluster = route does not support "
+                                     b"client-side caching"),
     ]
     with Conn(proxy.port) as c:
         for args, want in cases:
@@ -318,3 +324,22 @@ def test_killing_a_blocked_client_leaves_none_on_its_node(cluster, proxy):
         assert victim.read_until_eof() == b""
         wait_for(lambda: not blocked_on_node(), 5, "the node to forget the blocked client")
         assert killer.cmd("PING") == b"PONG"
+
+
+def test_client_unblock_of_a_client_blocked_on_its_node(cluster, proxy):
+    k = "ub:{5}"
+    node = owner_port(cluster, k)
+    with Conn(proxy.port) as victim, Conn(proxy.port) as other:
+        vid = victim.cmd("CLIENT", "ID")
+        assert other.cmd("CLIENT", "UNBLOCK", str(vid)) == 0        # not blocked
+        victim.send(enc("BLPOP", k, "0"))
+        wait_blocked(node, "blpop")
+        assert other.cmd("CLIENT", "UNBLOCK", str(vid)) == 1
+        assert victim.reply() is None                               # as at its timeout
+        victim.send(enc("BRPOP", k, "0"))                           # a pin opened again
+        wait_blocked(node, "brpop")
+        assert other.cmd("CLIENT", "UNBLOCK", str(vid), "ERROR") == 1
+        got = victim.reply()
+        assert isinstance(got, RespError) and got.startswith(b"UNBLOCKED"), got
+        assert victim.cmd("PING") == b"PONG"
+        assert not any("b" in d.get("flags", "") for d in harness.client_list(node))
