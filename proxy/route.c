@@ -57,7 +57,8 @@
  *
  * What route.c does not build yet is refused before anything is sent, with
  * an error that says so (route_pick(): pub/sub, MONITOR, CLIENT TRACKING
- * and the rest of client-side caching, CLIENT NO-TOUCH, CLIENT inside MULTI, AUTH, HELLO with AUTH or with more options than SETNAME, RESET,
+ * and the rest of client-side caching, CLIENT NO-TOUCH, CLIENT inside
+ * MULTI, AUTH, HELLO with AUTH or with more options than SETNAME, RESET,
  * WAIT, WAITAOF, and inside MULTI HELLO and what would cover every
  * primary); other keys in several slots get the cluster's own -CROSSSLOT.
  */
