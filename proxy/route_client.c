@@ -23,7 +23,8 @@
  *
  * Others go to the nodes as any request: SETINFO and NO-EVICT carried on the
  * shared connection (mux.c), PAUSE and UNPAUSE to every primary (route_merge.h:
- * the pause of a server is the pause of the whole cluster here), HELP and
+ * the pause of a server is the pause of the whole cluster here; a write held
+ * holds up the shared connection it came on, as the node holds it), HELP and
  * a form the node refuses itself (its arity, an unknown subcommand), for
  * the node's own words.
  *
@@ -33,7 +34,8 @@
  * Refused, saying so: TRACKING and the rest of client-side caching (a node
  * sends invalidations on the connection that read the key: a shared one,
  * whose reads are every client's), NO-TOUCH (the flag would be every
- * client's on that connection).
+ * client's on that connection). Inside MULTI CLIENT is refused (route.c): the
+ * node would run it at EXEC, about the pin's connection.
  */
 #include <stdarg.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #include "session_int.h"
 
 /* CLIENT outside MULTI. Returns 1 when the proxy answered it (its reply, or
- * a refusal, queued), 0 when it goes to a node as any request does: carried
+ * a refusal, queued; or UNBLOCK's request of its own sent instead), 0 when it goes to a node as any request does: carried
  * on the shared connection (SETINFO, NO-EVICT), to every primary (PAUSE,
  * UNPAUSE), or for the node's own error (a wrong arity, an unknown
  * subcommand). */
