@@ -19,8 +19,6 @@
 #define ERR_SYNTAX      "-ERR syntax error\r\n"
 #define ERR_PROTOVER    "-ERR Protocol version is not an integer or out of range\r\n"
 #define ERR_NOPROTO     "-NOPROTO unsupported protocol version\r\n"
-#define ERR_CLIENTNAME  "-ERR Client names cannot contain spaces, newlines or special " \
-                        "characters.\r\n"
 
 /* HELLO without AUTH before the login (networking.c helloCommand). */
 #define HELLO_NOAUTH(form) \
@@ -362,8 +360,10 @@ static void judge_auth(const struct login_ctx *cx, const struct request *req,
         reply(out, "+OK\r\n");
 }
 
-/* A client name the server accepts: printable ASCII without spaces. */
-static int valid_client_name(struct slice name)
+const char login_err_client_name[] =
+    "-ERR Client names cannot contain spaces, newlines or special characters.\r\n";
+
+int login_client_name_ok(struct slice name)
 {
     for (size_t i = 0; i < name.len; i++)
         if (name.p[i] < '!' || name.p[i] > '~')
@@ -374,8 +374,8 @@ static int valid_client_name(struct slice name)
 /* SETNAME name: kept for Redis (the last one given wins), or refused. */
 static int hello_setname(struct slice opt, struct slice name, struct login *out)
 {
-    if (!valid_client_name(name)) {
-        reply(out, ERR_CLIENTNAME);
+    if (!login_client_name_ok(name)) {
+        reply(out, login_err_client_name);
         return -1;
     }
     /* HELLO protover SETNAME name: a SETNAME kept already is replaced */

@@ -98,5 +98,9 @@ void login_judge(const struct login_ctx *cx, const struct request *req,
 int login_is_noauth(const char *reply, size_t n);
 /* Does req carry a login (AUTH, or HELLO with an AUTH option)? */
 int login_carries_auth(enum cmd_id id, const struct cmd_words *w);
+/* Is name a client name the server accepts (printable ASCII without
+ * spaces)? Else the server's error is login_err_client_name. */
+int login_client_name_ok(struct slice name);
+extern const char login_err_client_name[];
 
 #endif

@@ -53,6 +53,7 @@ enum fifo_kind {
     FE_GONE,        /* its session closed: read and dropped */
     FE_INTERNAL,    /* the reply to the connection's own SELECT or HELLO: dropped */
     FE_ROUTED,      /* the reply goes to `s`'s request `unit` (cluster = route) */
+    FE_PIN_ID,      /* the reply to a pin's CLIENT ID: its node's id for it (route_pin.h) */
 };
 
 struct fifo_entry {
@@ -232,6 +233,8 @@ static void mux_reply(struct bconn *b, const char *p, size_t n, int done, char t
     } else if (e != NULL && e->kind == FE_ROUTED) {
         mux_routed_reply(m, p, n, done, type, start);
         return;
+    } else if (e != NULL && e->kind == FE_PIN_ID && type != '>') {
+        route_pin_node_id(m->owner, m, p, n, start, done);
     }
     /* A push (`DEBUG PROTOCOL push`: pub/sub and tracking pin) goes to the
      * session whose reply comes next, and the reply still does. */
@@ -382,8 +385,11 @@ struct mux *mux_pin_open(struct session *s, struct target *t, const char *pre, s
 {
     if (!t->addr.is_unix && !t->sa_ok)
         return NULL;
+    static const char id[] = "*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n";
     struct mux *m = mux_new(s->cl, t, s->db, s->resp3);
     m->owner = s;
+    sbuf_add(&m->out, id, sizeof id - 1);
+    fifo_push(m, FE_PIN_ID, NULL, 1);
     if (n > 0)
         sbuf_add(&m->out, pre, n);
     fifo_push(m, FE_INTERNAL, NULL, npre);

@@ -41,7 +41,7 @@
  *
  * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
  * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL,
- * RANDOMKEY... to every primary) is one pending entry to the session and
+ * RANDOMKEY, CLIENT PAUSE... to every primary) is one pending entry to the session and
  * one unit per part here, each sent and redirected on its own; the session
  * gets their merged reply once the last part's is in. An MSET under rules
  * too: the session judges it whole (its events, its verdict; a rule's
@@ -84,12 +84,19 @@
  * whole keyspace), else an error says so. A subscriber's node that goes
  * away closes its client, as Redis going away does.
  *
+ * CLIENT is about the proxy's own clients, as from one server: the proxy
+ * answers it (route_client.c: names, ids, CLIENT LIST and KILL over its
+ * sessions, CLIENT REPLY by dropping the nodes' replies itself, UNBLOCK
+ * sent to the node a client is blocked on); CLIENT PAUSE and UNPAUSE go to
+ * every primary, SETINFO and NO-EVICT are carried.
+ *
  * What route.c does not build yet is refused before anything is sent, with
- * an error that says so (route_pick(): MONITOR, CLIENT but SETINFO and
- * NO-EVICT, AUTH, HELLO with AUTH or SETNAME, RESET, WAIT, WAITAOF, a
- * subscription after WATCH, and inside MULTI HELLO, pub/sub and what would
- * cover every primary); other keys in several slots get the cluster's own
- * -CROSSSLOT.
+ * an error that says so (route_pick(): MONITOR, CLIENT TRACKING and the
+ * rest of client-side caching, CLIENT NO-TOUCH, CLIENT inside MULTI, AUTH,
+ * HELLO with AUTH or with more options than SETNAME, RESET, WAIT, WAITAOF,
+ * SCRIPT KILL, FUNCTION KILL, a subscription after WATCH, and inside MULTI
+ * HELLO, pub/sub and what would cover every primary); other keys in
+ * several slots get the cluster's own -CROSSSLOT.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +108,7 @@
 #include "identify.h"
 #include "login.h"
 #include "route.h"
+#include "route_client.h"
 #include "route_merge.h"
 #include "route_pin.h"
 #include "route_scan.h"
@@ -396,8 +404,19 @@ static int script_kill(const struct request *req)
            slice_eq_nocase(req->argv[1], "kill");
 }
 
-/* Our own reply to the request, in its place. */
-static void answer(struct session *s, const char *fmt, const struct request *req)
+void route_answer(struct session *s, const struct request *req, const struct req_plan *pl,
+                  const char *p, size_t n)
+{
+    struct req_plan own = *pl;
+    plan_replies(s, req, &own);
+    if (own.replies)
+        queue_local(s, p, n, 0);
+}
+
+/* Our own reply to the request, in its place (fmt: a printf format with
+ * the command's name for %s). */
+static void answer(struct session *s, const char *fmt, const struct request *req,
+                   const struct req_plan *pl)
 {
     char line[256], name[64];
     size_t n = req->argv[0].len < sizeof name - 1 ? req->argv[0].len : sizeof name - 1;
@@ -407,7 +426,7 @@ static void answer(struct session *s, const char *fmt, const struct request *req
     }
     name[n] = '\0';
     int len = snprintf(line, sizeof line, fmt, name);
-    queue_local(s, line, (size_t)(len < (int)sizeof line ? len : (int)sizeof line - 1), 0);
+    route_answer(s, req, pl, line, (size_t)(len < (int)sizeof line ? len : (int)sizeof line - 1));
 }
 
 /* SELECT as a cluster node answers it: 0 only. */
@@ -720,7 +739,7 @@ static int pick_pinned(struct session *s, const struct request *req, const struc
         set_target(s, t);
     } else if (rc == 1) {
         s->multi_dirty |= s->in_multi;
-        answer(s, no, req);
+        answer(s, no, req, pl);
     }
     return rc;
 }
@@ -767,7 +786,7 @@ static int pick_subscriber(struct session *s, const struct request *req,
     if (no == NULL)
         no = sub_node(req, pl, &t);
     if (no != NULL) {
-        answer(s, no, req);
+        answer(s, no, req, pl);
         return 1;
     }
     set_target(s, t);
@@ -835,7 +854,7 @@ int route_subscribed(struct session *s, const struct request *req, const struct 
     }
     if (no == NULL)
         return 0;
-    answer(s, no, req);
+    answer(s, no, req, pl);
     return 1;
 }
 
@@ -851,6 +870,11 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
     int how = pin_use(s, req, pl);
     if (how >= 0)
         return pick_pinned(s, req, pl, (enum pin_take)how, needs_own);
+    if (pl->id == CID_CLIENT) {
+        if (route_client(s, req, pl))
+            return 1;
+        needs_own = 0;                  /* to a node: carried, every primary's, or refused there */
+    }
     if (subscription(pl->id))
         return pick_subscriber(s, req, pl);
     const char *no = refusal(s, req, pl, needs_own && how != PIN_ANY);
@@ -871,7 +895,7 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
             no = route_unserved;
     }
     if (no != NULL) {
-        answer(s, no, req);
+        answer(s, no, req, pl);
         return 1;
     }
     if (t != NULL)                      /* unowned: counted where the session went last */
@@ -1014,6 +1038,22 @@ static struct unit *unit_new(struct route_state *r, int slot, int total, struct 
     *req = (struct sbuf){ 0 };
     r->next++;
     return u;
+}
+
+void route_send_instead(struct session *s, const struct request *req, const struct req_plan *pl,
+                        struct target *t, const char *p, size_t n)
+{
+    struct route_state *r = s->route;
+    struct req_plan own = *pl;
+    plan_replies(s, req, &own);
+    struct pending *e = q_push(s);
+    e->kind = own.replies ? PK_FORWARD : PK_INTERNAL;
+    e->t0 = loop_now_ns;
+    set_target(s, t);
+    buf_get(r, &r->cur);
+    sbuf_add(&r->cur, p, n);
+    s->ctx->stats.bytes_to_backends += n;
+    unit_send(s, unit_new(r, SLOT_NONE, 1, &r->cur), t, 0);
 }
 
 /* RANDOMKEY's order of primaries: not the same for every call. */

@@ -69,6 +69,17 @@ int route_sub_refused(struct session *s, const struct request *req, const struct
 ROUTE_ENTRY void route_rewrite(struct session *s, const struct request *req,
                                const struct policy_ctx *ctx, struct rewrite *rw);
 
+/* The proxy's own reply (n bytes of p) to req, in its place; nothing when
+ * CLIENT REPLY says the client gets none (plan_replies()). */
+void route_answer(struct session *s, const struct request *req, const struct req_plan *pl,
+                  const char *p, size_t n);
+
+/* Instead of req, a request of the proxy's making (n bytes of p, no key)
+ * to node t, whose reply the client gets in req's place (as CLIENT REPLY
+ * says). */
+void route_send_instead(struct session *s, const struct request *req, const struct req_plan *pl,
+                        struct target *t, const char *p, size_t n);
+
 /* The bytes gathered for the request being handled (session.c's batch
  * towards the backend, which is reset). */
 ROUTE_ENTRY void route_take(struct session *s, struct wbatch *wb);

@@ -38,6 +38,8 @@ static const struct fanout_row {
     { "dbsize", NULL, 1, 1, MERGE_SUM, 0 },
     { "keys", NULL, 2, 2, MERGE_CONCAT, 0 },
     { "pubsub", "shardchannels", 2, 3, MERGE_CONCAT, 0 },
+    { "client", "pause", 3, 4, MERGE_SAME, 0 },
+    { "client", "unpause", 2, 2, MERGE_SAME, 0 },
     { "flushall", NULL, 1, 2, MERGE_SAME, 0 },
     { "flushdb", NULL, 1, 2, MERGE_SAME, 0 },
     { "randomkey", NULL, 1, 1, MERGE_FIRST, 0 },

@@ -22,7 +22,8 @@
 enum merge {
     MERGE_NONE,
     MERGE_SUM,          /* integers added (DEL, UNLINK, EXISTS, TOUCH, DBSIZE) */
-    MERGE_SAME,         /* the first reply (+OK of MSET, FLUSHALL; SCRIPT LOAD's sha) */
+    MERGE_SAME,         /* the first reply (+OK of MSET, FLUSHALL, CLIENT PAUSE; SCRIPT
+                           LOAD's sha) */
     MERGE_ORDERED,      /* array elements put back in the client's key order (MGET) */
     MERGE_CONCAT,       /* arrays one after the other (KEYS, PUBSUB SHARDCHANNELS) */
     MERGE_FIRST,        /* the first reply that is not nil (RANDOMKEY: parts in random

@@ -9,8 +9,10 @@
  * node. ttlguard does the same for the session: a pin, a connection of the
  * session's own (mux.c's, with an owner), the session's state set on it
  * first as on any connection of its own (HELLO 3, CLIENT SETINFO:
- * session_state_requests()). What goes over it is route.c's units like any
- * request, so its replies keep their place among the shared connections'.
+ * session_state_requests()), and its CLIENT ID asked (the node's id for
+ * it: CLIENT UNBLOCK of a session blocked there, route_client.c). What goes
+ * over it is route.c's units like any request, so its replies keep their
+ * place among the shared connections'.
  *
  *   MULTI ────────▶ pin to any primary: no key is known yet
  *   PING ... ─────▶ pin (kept in `since`)
@@ -32,6 +34,7 @@
  * cluster refuses; this file decides where the pin is, and when it ends.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cluster.h"
 #include "route_pin.h"
@@ -46,6 +49,9 @@ struct route_pin {
     unsigned char blocking;     /* a command that may block went: the next ones wait */
     struct sbuf since;          /* ...what was sent since that MULTI, for a move */
     int nsince;                 /* ...and the replies it gets */
+    long long node_id;          /* the node's CLIENT ID for its connection (0: not known) */
+    char id_reply[24];          /* ...its reply as it comes */
+    unsigned char id_len;
 };
 
 static int owed(const struct route_pin *p)
@@ -192,6 +198,30 @@ void route_pin_retarget(struct session *s, struct target *t)
 int route_pin_blocked(const struct session *s)
 {
     return s->pin != NULL && s->pin->blocking && owed(s->pin) > 0;
+}
+
+struct target *route_pin_blocked_at(const struct session *s, long long *node_id)
+{
+    if (!route_pin_blocked(s) || s->pin->node_id <= 0)
+        return NULL;
+    *node_id = s->pin->node_id;
+    return s->pin->t;
+}
+
+void route_pin_node_id(struct session *s, const struct mux *m, const char *p, size_t n,
+                       int start, int done)
+{
+    struct route_pin *pin = s->pin;
+    if (pin == NULL || pin->m != m)
+        return;
+    if (start)
+        pin->id_len = 0;
+    size_t room = sizeof pin->id_reply - 1 - pin->id_len, k = n < room ? n : room;
+    memcpy(pin->id_reply + pin->id_len, p, k);
+    pin->id_len = (unsigned char)(pin->id_len + k);
+    pin->id_reply[pin->id_len] = '\0';
+    if (done)                           /* ":<id>\r\n", or an error (an ACL without CLIENT) */
+        pin->node_id = pin->id_reply[0] == ':' ? strtoll(pin->id_reply + 1, NULL, 10) : 0;
 }
 
 void route_pin_settle(struct session *s)

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct mux;
 struct session;
 struct target;
 
@@ -46,6 +47,14 @@ void route_pin_retarget(struct session *s, struct target *t);
 /* A request waits behind a blocking command on the pin: nothing else is
  * sent until it is answered, as Redis runs nothing else of a blocked client. */
 int route_pin_blocked(const struct session *s);
+/* The node a blocked session waits on, and the node's id for its pin's
+ * connection (CLIENT UNBLOCK, route_client.c); NULL: not blocked there, or
+ * that id not known. */
+struct target *route_pin_blocked_at(const struct session *s, long long *node_id);
+/* mux.c: bytes of the reply to the CLIENT ID that opens the pin's
+ * connection m (its start and its end flagged). */
+void route_pin_node_id(struct session *s, const struct mux *m, const char *p, size_t n,
+                       int start, int done);
 /* After a reply (or none sent): close the pin once it is owed nothing and
  * no transaction or WATCH holds it. */
 void route_pin_settle(struct session *s);

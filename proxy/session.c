@@ -62,6 +62,7 @@
 #include "events.h"
 #include "login.h"
 #include "route.h"
+#include "route_client.h"
 #include "route_pin.h"
 #include "sentinel.h"
 #include "session_int.h"
@@ -608,29 +609,49 @@ const char *client_name(struct session *s)
     return session_client(s, &c)->addr;
 }
 
+/* The host of an address in host, and its port. */
+static int sockaddr_host(const struct sockaddr_storage *ss, char *host, size_t n)
+{
+    if (ss->ss_family == AF_INET6) {
+        uv_ip6_name((const struct sockaddr_in6 *)ss, host, n);
+        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    }
+    uv_ip4_name((const struct sockaddr_in *)ss, host, n);
+    return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+}
+
+/* host and port as Redis writes an address ("unix" without a port). */
+static const char *addr_text(const char *host, int port, char *buf, size_t n)
+{
+    if (port)
+        snprintf(buf, n, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    else
+        snprintf(buf, n, "%s", host);
+    return buf;
+}
+
+const char *session_local_addr(const struct session *s, char *buf, size_t n)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss, port = 0;
+    char host[64] = "unix";
+    if (s->client.h.handle.type == UV_TCP &&
+        uv_tcp_getsockname(&s->client.h.tcp, (struct sockaddr *)&ss, &len) == 0)
+        port = sockaddr_host(&ss, host, sizeof host);
+    return addr_text(host, port, buf, n);
+}
+
 const struct ev_client *session_client(struct session *s, struct ev_client *c)
 {
     if (s->client_addr == NULL) {
         struct sockaddr_storage ss;
         int len = sizeof ss;
-        char host[64] = "unix";
+        char host[64] = "unix", buf[96];
         int port = 0;
         if (s->client.h.handle.type == UV_TCP &&
-            uv_tcp_getpeername(&s->client.h.tcp, (struct sockaddr *)&ss, &len) == 0) {
-            if (ss.ss_family == AF_INET6) {
-                uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
-                port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-            } else {
-                uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof host);
-                port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            }
-        }
-        char buf[96];
-        if (port)
-            snprintf(buf, sizeof buf, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-        else
-            snprintf(buf, sizeof buf, "%s", host);
-        s->client_addr = xstrdup(buf);
+            uv_tcp_getpeername(&s->client.h.tcp, (struct sockaddr *)&ss, &len) == 0)
+            port = sockaddr_host(&ss, host, sizeof host);
+        s->client_addr = xstrdup(addr_text(host, port, buf, sizeof buf));
     }
     c->addr = s->client_addr;
     c->name = s->client_name;
@@ -643,11 +664,12 @@ const struct ev_client *session_client(struct session *s, struct ev_client *c)
 /* Handling one request                                                      */
 
 /* A follow-up request whose reply the proxy swallows. Redis does not answer
- * it under CLIENT REPLY OFF, so then nothing is waited for. */
+ * it under CLIENT REPLY OFF, so then nothing is waited for; a node does in
+ * cluster = route, where the proxy keeps CLIENT REPLY itself (route_client.c). */
 void send_internal(struct session *s, const char *p, size_t len, int count)
 {
     tob_add(s, p, len, 1);
-    if (s->reply_off)
+    if (s->reply_off && s->route == NULL)
         return;
     struct pending *e = q_push(s);
     e->kind = PK_INTERNAL;
@@ -794,7 +816,7 @@ static void answer_rejection(struct session *s, const struct req_plan *pl,
         s->multi_dirty = 1;     /* refused at queue time: EXEC must abort */
     if (pl->replies) {
         queue_local(s, rw->err.p, rw->err.len, 0);
-    } else if (pl->skipped) {
+    } else if (pl->skipped && s->route == NULL) {
         /* Redis still owes the SKIP to one command: give it a PING. */
         static const char ping[] = "*1\r\n$4\r\nPING\r\n";
         tob_add(s, ping, sizeof ping - 1, 1);
@@ -810,10 +832,10 @@ static void abort_exec(struct session *s, const struct req_plan *pl)
         "-EXECABORT Transaction discarded because of previous errors.\r\n";
     tob_add(s, discard, sizeof discard - 1, 1);
     multi_reset(s);
-    if (pl->replies) {
+    if (pl->replies || s->route != NULL) {     /* route: the node answers, the proxy drops it */
         struct pending *e = q_push(s);
         e->kind = PK_INTERNAL;
-        e->what = PW_REPLACE;
+        e->what = pl->replies ? PW_REPLACE : PW_PLAIN;
         e->local = abort_line;
         e->local_len = sizeof abort_line - 1;
         owe(s, 1);
@@ -888,7 +910,7 @@ static void expect_replies(struct session *s, const struct request *req,
         note_queued_topology(s, req, pl->id);
     if (s->replica)
         return;
-    if (!pl->replies) {
+    if (!pl->replies && s->route == NULL) {
         /* Under CLIENT REPLY OFF|SKIP Redis still applies HELLO, RESET, AUTH:
          * no reply will confirm or undo them, so they count as sent. */
         struct pending unused = { .kind = PK_FORWARD, .remaining = 0 };
@@ -915,6 +937,10 @@ static void expect_replies(struct session *s, const struct request *req,
         pe.local = xmemdup(rw->guard.p, rw->guard.len);
         pe.local_len = (uint32_t)rw->guard.len;
         pe.local_owned = 1;
+    }
+    if (!pl->replies) {                 /* cluster = route: the node's reply is dropped */
+        pe.kind = PK_INTERNAL;
+        pe.rewritten = 0;
     }
     if (pe.remaining != 0) {            /* RESP3 pub/sub: confirmations are pushes */
         *q_push(s) = pe;
@@ -1009,15 +1035,7 @@ static int client_reached(const struct session *s, char *host, size_t hostlen)
     if (s->client.h.handle.type != UV_TCP ||
         uv_tcp_getsockname(&s->client.h.tcp, (struct sockaddr *)&ss, &len) != 0)
         return 0;
-    if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
-        uv_ip6_name(a, host, hostlen);
-        port = ntohs(a->sin6_port);
-    } else {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-        uv_ip4_name(a, host, hostlen);
-        port = ntohs(a->sin_port);
-    }
+    port = sockaddr_host(&ss, host, hostlen);
     const char *sni = s->client.tls != NULL ? tls_client_sni(s->client.tls) : NULL;
     if (sni != NULL)
         snprintf(host, hostlen, "%s", sni);
@@ -1085,6 +1103,10 @@ static enum handled handle_request(struct session *s, const struct request *req)
     if (s->ttlg_auth && client_login(s, req, &pl, &fwd, &h))
         return h;
     req = &fwd;
+    if (s->route != NULL && pl.id == CID_HELLO && route_hello_setname(s, req, &pl, &fwd)) {
+        s->ctx->stats.requests++;
+        return HR_DONE;
+    }
     if (answer_sentinel(s, req))
         return HR_DONE;
     if (s->mode == SM_OWN && s->ctx->cfg->multiplex && s->route == NULL)
@@ -1153,7 +1175,8 @@ static void empty_request(struct session *s)
     if (!s->reply_skip || (command_set_features(control_facts()->commands) & FT_EMPTY_NO_RESET))
         return;
     s->reply_skip = 0;
-    tob_add(s, "\r\n", 2, 1);
+    if (s->route == NULL)               /* cluster = route: the SKIP was the proxy's */
+        tob_add(s, "\r\n", 2, 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1573,6 +1596,11 @@ int session_state_requests(const struct session *s, struct sbuf *out)
         struct slice a[3] = { SL("CLIENT"), SL("NO-EVICT"), SL("ON") };
         n += add_request(out, 3, a);
     }
+    if (s->route != NULL && s->client_name != NULL) {   /* a pin: named as its client */
+        struct slice a[3] = { SL("CLIENT"), SL("SETNAME"),
+                              { s->client_name, strlen(s->client_name) } };
+        n += add_request(out, 3, a);
+    }
     return n;
 }
 
@@ -1814,6 +1842,7 @@ void session_accept(struct clients *cl, uv_stream_t *listener, struct tls_contex
     if (cl->all)
         cl->all->prev = s;
     cl->all = s;
+    s->id = ++cl->last_id;
     cl->nsessions++;
     cl->nclients++;
     ctx->stats.clients_accepted++;

@@ -22,6 +22,7 @@ struct clients {
     int nsessions;                   /* allocated, closing ones included */
     int nclients;                    /* open client connections (not closing) */
     uint64_t paused_until;           /* monotonic ms: a CLIENT PAUSE seen lasts until then */
+    uint64_t last_id;                /* the id the newest session got (CLIENT ID) */
     void (*gone)(struct clients *cl);    /* a session has freed itself */
 };
 

@@ -121,6 +121,8 @@ struct session {
     struct loop_ctx *ctx;
     struct clients *cl;
     struct session *prev, *next;    /* cl->all */
+    uint64_t id;                    /* unique among the proxy's clients, from 1 (CLIENT ID in
+                                       cluster = route: route_client.c) */
 
     struct xport client;            /* the client's socket, plain or TLS (tls_listen) */
     struct bconn be;                /* its own backend connection (SM_WAIT, SM_OWN) */
@@ -254,6 +256,9 @@ int session_state_requests(const struct session *s, struct sbuf *out);
 void client_read_stop(struct session *s);
 /* The client's address, for log lines. */
 const char *client_name(struct session *s);
+/* The address the client reached ttlguard at, "host:port" in buf ("unix"
+ * for a Unix socket): buf. */
+const char *session_local_addr(const struct session *s, char *buf, size_t n);
 /* Free a string that holds a password (cleansed first); NULL is fine. */
 void free_secret(char *p);
 
@@ -333,8 +338,8 @@ int mux_send_on(struct mux *m, struct session *s, const char *p, size_t n, int o
                 uint32_t unit);
 
 /* mux.c, for route_pin.c: a routed session's connection of its own to t,
- * never shared (its `owner`). pre: requests sent first whose npre replies
- * are the proxy's (the session's state). NULL when it cannot be opened.
+ * never shared (its `owner`). Its CLIENT ID goes first (route_pin_node_id()),
+ * then pre: requests whose npre replies are the proxy's (the session's state). NULL when it cannot be opened.
  * Its failure ends the session as a shared connection's does
  * (route_pin_lost() first). */
 struct mux *mux_pin_open(struct session *s, struct target *t, const char *pre, size_t n,

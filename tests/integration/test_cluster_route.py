@@ -209,7 +209,8 @@ def test_standalone_answers_and_refusals(proxy):
         (("SUNIONSTORE", a, b), CROSSSLOT),
         (("RENAME", a, b), CROSSSLOT),
         (("EVAL", "return 1", "2", a, b), CROSSSLOT),
-        (("CLIENT", "LIST"), b"ERR ttlguard cluster = route does not support CLIENT yet"),
+        (("CLIENT", "TRACKING", "ON"), b"ERR ttlguard cluster = route does not support "
+                                       b"client-side caching"),
         (("WAIT", "0", "0"), b"ERR ttlguard cluster = route does not support WAIT yet"),
         (("WAITAOF", "0", "0", "0"), b"ERR ttlguard cluster = route does not support WAITAOF "
                                      b"yet"),

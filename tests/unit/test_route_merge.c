@@ -44,6 +44,11 @@ Test(route_merge, kinds)
     cr_assert_eq(merge_fanout_kind(1, rk), MERGE_FIRST);
     cr_assert_eq(merge_fanout_kind(4, scan), MERGE_SCAN);
     cr_assert_eq(merge_fanout_kind(1, scan), MERGE_NONE, "SCAN without a cursor: a node says");
+    struct slice pause[] = { S("CLIENT"), S("pause"), S("100"), S("WRITE") };
+    struct slice unpause[] = { S("client"), S("UNPAUSE") }, id[] = { S("client"), S("id") };
+    cr_assert_eq(merge_fanout_kind(4, pause), MERGE_SAME);
+    cr_assert_eq(merge_fanout_kind(2, unpause), MERGE_SAME);
+    cr_assert_eq(merge_fanout_kind(2, id), MERGE_NONE, "the proxy answers CLIENT ID");
 }
 
 Test(route_merge, split_by_slot_keeps_pairs_and_positions)
