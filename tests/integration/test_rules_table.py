@@ -10,7 +10,9 @@ rule per action:
 Each case of rules_cases.CASES runs twice on a flushed database with the
 same setup: once straight to redis-server, once through ttlguard, on raw
 sockets, in RESP2 and in RESP3 (HELLO 3), with the written keys (a) missing
-and (b) existing with a TTL of ORIG_MS. Then:
+and (b) existing with a TTL of ORIG_MS (test_command_through_route: the
+same through ttlguard's cluster = route in front of a 6-node cluster, the
+keys hash-tagged into one slot, compared with the node that owns it). Then:
 
   rewrite  the reply bytes equal Redis's; the data equals Redis's; a written
            key ends with a TTL: the one it had in (b), the rule's in (a)
@@ -29,6 +31,7 @@ and `ttlguard commands` in step.
 
 import subprocess
 import time
+import types
 
 import pytest
 
@@ -241,17 +244,23 @@ def test_case_effects_by_experiment(env, case, variant):
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("case,variant", params())
 def test_command(env, case, variant, mode, proto):
+    check_command(env.redis.port, env.proxy, case, variant, mode, proto)
+
+
+def check_command(redis_port, proxy, case, variant, mode, proto, tag=""):
+    """The case straight to the server at redis_port and through proxy, on
+    keys of the rule of mode (and hash tag: tag)."""
     now = time.time()
-    r = Rendered(case, MODES[mode], now)
+    r = Rendered(case, MODES[mode] + tag, now)
     cmd_text = b" ".join(r.main(b"<dump>"))[:200]
-    d_raw, d_before, d_after = run_once(env.redis.port, env.redis.port, r, variant, proto)
+    d_raw, d_before, d_after = run_once(redis_port, redis_port, r, variant, proto)
     try:
-        p_raw, p_before, p_after = run_once(env.proxy.port, env.redis.port, r, variant, proto)
+        p_raw, p_before, p_after = run_once(proxy.port, redis_port, r, variant, proto)
     except (EOFError, TimeoutError) as e:
         pytest.fail("%s (%s, RESP%d, keys %s): no reply through ttlguard (%s); Redis replied %r\n"
                     "ttlguard stderr (tail):\n%s" % (
                         cmd_text, mode, proto, "missing" if variant == "a" else "with TTL", e,
-                        d_raw, env.proxy.stderr()[-1500:]))
+                        d_raw, proxy.stderr()[-1500:]))
     for p in r.keys:
         assert p_before[p].dump == d_before[p].dump, "setup differs for %s" % p
 
@@ -325,6 +334,47 @@ def test_log_mode_records_every_violation(redis_srv, make_proxy, tmp_path):
                                detail_has="sha=" + rc.SCRIPT_SET_SHA
                                if case.cmd[0] != "FCALL" else None))
     rc.wait_recorded_all(proxy, events, wanted)
+
+
+# --------------------------------------------------------------------------
+# The same through cluster = route
+# --------------------------------------------------------------------------
+
+ROUTE_TAG = "{r}"       # every key of a case in one slot, as a cluster wants them
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory):
+    """A 6-node cluster and a ttlguard with cluster = route and the same
+    rules in front of it; the cases run straight on the primary that owns
+    ROUTE_TAG's slot and through the proxy. Shared connections only (the one
+    mode route has): the 1:1 pass skips it, its shared pass runs it."""
+    if harness.EXTRA_CONF.get("multiplex") == "off":
+        pytest.skip("cluster = route shares connections: run by the shared pass")
+    from cluster_util import Cluster, key_slot
+    from test_cluster_route import RoutedProxy
+    d = tmp_path_factory.mktemp("rules-table-route")
+    cluster = Cluster(d).start()
+    proxy = None
+    try:
+        proxy = RoutedProxy(d, cluster, sections=SECTIONS)
+        proxy.start()
+        owner = cluster.owner_of_slot(key_slot(ROUTE_TAG))["port"]
+        yield Env(types.SimpleNamespace(port=owner), proxy)
+    finally:
+        rc_ = proxy.stop() if proxy is not None else 0
+        cluster.stop()
+    assert rc_ == 0, "ttlguard exit status %s on SIGTERM:\n%s" % (rc_, proxy.stderr())
+
+
+@pytest.mark.parametrize("proto", [2, 3], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("case,variant", params())
+def test_command_through_route(routed, case, variant, mode, proto):
+    """Every case through cluster = route in front of a cluster, its keys in
+    one slot: what a node answers and does through the proxy is what it
+    answers and does straight, the rules applied as on one server."""
+    check_command(routed.redis.port, routed.proxy, case, variant, mode, proto, tag=ROUTE_TAG)
 
 
 # --------------------------------------------------------------------------
