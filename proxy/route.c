@@ -867,6 +867,11 @@ int route_pick(struct session *s, const struct request *req, const struct req_pl
     drop_split(r);
     if (route_pin_blocked(s))
         return ROUTE_BLOCKED;
+    if (pl->id == CID_QUIT) {           /* as a server: +OK, nothing after it runs, closed */
+        route_answer(s, req, pl, "+OK\r\n", 5);
+        s->close_after_flush = 1;
+        return 1;
+    }
     int how = pin_use(s, req, pl);
     if (how >= 0)
         return pick_pinned(s, req, pl, (enum pin_take)how, needs_own);

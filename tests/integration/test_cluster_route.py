@@ -233,6 +233,21 @@ def test_standalone_answers_and_refusals(proxy):
             assert not isinstance(got[2 * i + 1], RespError), got[2 * i + 1]
 
 
+def test_quit_answers_and_closes(cluster, proxy):
+    """QUIT as a server answers it: +OK, then the connection closes and
+    nothing pipelined after it runs (also inside MULTI, which QUIT ends)."""
+    ctr = "quit:ctr"
+    port = cluster.owner_of_slot(key_slot(ctr))["port"]
+    cluster.cmd(port, "DEL", ctr)
+    for before in ([], [enc("MULTI")]):
+        with Conn(proxy.port) as c:
+            c.send(b"".join(before) + enc("INCR", ctr) + enc("QUIT") + enc("INCR", ctr))
+            got = c.replies(len(before) + 2)
+            assert got[-1] == b"OK", got
+            assert c.read_until_eof(timeout=5) == b""
+    assert cluster.cmd(port, "GET", ctr) == b"1"
+
+
 def test_pipelines_across_nodes_answer_in_order(cluster, proxy):
     """redis-py's plain client, a pipeline of 600 commands over every slot
     owner; and a raw pipeline whose large replies (1 MB from each primary)
