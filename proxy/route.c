@@ -41,9 +41,12 @@
  *
  * A request that goes as several (route_merge.h: MGET, MSET, DEL, UNLINK,
  * EXISTS, TOUCH over several slots, split by slot; DBSIZE, KEYS, FLUSHALL,
- * RANDOMKEY, CLIENT PAUSE... to every primary) is one pending entry to the session and
- * one unit per part here, each sent and redirected on its own; the session
- * gets their merged reply once the last part's is in. An MSET under rules
+ * RANDOMKEY, INFO, CONFIG SET, SCRIPT LOAD, CLIENT PAUSE... to every
+ * primary) is one pending entry to the session and one unit per part here,
+ * each sent and redirected on its own; the session gets their merged reply
+ * once the last part's is in. SCRIPT KILL and FUNCTION KILL go to every
+ * primary too, each over a connection of its own (route_kill.h): the busy
+ * node reads no more from the shared connection its script came on. An MSET under rules
  * too: the session judges it whole (its events, its verdict; a rule's
  * rejection refuses all of it, nothing sent), then route_rewrite() makes
  * each part what the rules send for its keys alone (the proxy's MULTI form
@@ -94,9 +97,9 @@
  * an error that says so (route_pick(): MONITOR, CLIENT TRACKING and the
  * rest of client-side caching, CLIENT NO-TOUCH, CLIENT inside MULTI, AUTH,
  * HELLO with AUTH or with more options than SETNAME, RESET, WAIT, WAITAOF,
- * SCRIPT KILL, FUNCTION KILL, a subscription after WATCH, and inside MULTI
- * HELLO, pub/sub and what would cover every primary); other keys in
- * several slots get the cluster's own -CROSSSLOT.
+ * a subscription after WATCH, and inside MULTI HELLO, pub/sub and what
+ * would cover every primary); other keys in several slots get the
+ * cluster's own -CROSSSLOT.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +113,7 @@
 #include "route.h"
 #include "route_client.h"
 #include "route_merge.h"
+#include "route_kill.h"
 #include "route_pin.h"
 #include "route_scan.h"
 #include "session_int.h"
@@ -158,6 +162,7 @@ struct unit {
     unsigned char redirect;     /* enum redirect_kind of the first redirect among its replies */
     unsigned char waiting;      /* sent again after the next topology read */
     unsigned char pinned;       /* enum pinned: sent over the session's pin (route_pin.h) */
+    unsigned char side;         /* sent over a connection of its own (route_kill.h) */
     struct target *to;          /* where the redirect sends it (NULL: the slot's owner then) */
     struct sbuf req;            /* what was sent, for a resend */
     struct sbuf park;           /* whole replies not given yet: [type][size_t len][bytes]... */
@@ -395,15 +400,6 @@ static int whole_keyspace(const struct request *req)
     return is_name(req, "wait") || is_name(req, "waitaof");
 }
 
-/* SCRIPT KILL, FUNCTION KILL: a node busy with a script reads no more from
- * the shared connection that sent it; the kill would need a connection of
- * its own to each primary (not built). */
-static int script_kill(const struct request *req)
-{
-    return (is_name(req, "script") || is_name(req, "function")) && req->argc == 2 &&
-           slice_eq_nocase(req->argv[1], "kill");
-}
-
 void route_answer(struct session *s, const struct request *req, const struct req_plan *pl,
                   const char *p, size_t n)
 {
@@ -486,9 +482,6 @@ static const char *keyless_refusal(const struct request *req)
 {
     if (cluster_word(req))
         return no_cluster;
-    if (script_kill(req))
-        return "-ERR ttlguard cluster = route does not support %s KILL yet (a node busy "
-               "with a script reads no more from the shared connection that sent it)\r\n";
     if (whole_keyspace(req))
         return "-ERR ttlguard cluster = route does not support %s yet (it must cover "
                "every primary)\r\n";
@@ -1014,7 +1007,9 @@ static void unit_send(struct session *s, struct unit *u, struct target *t, int a
         route_pin_retarget(s, t);       /* a redirect followed: t is another node */
         rc = asking && route_pin_send(s, ask, sizeof ask - 1, 1, u->tag) < 0 ? -1 :
              route_pin_send(s, u->req.p, u->req.len, u->total, u->tag);
-    } else
+    } else if (u->side)
+        rc = route_kill_send(s, t, u->req.p, u->req.len, u->tag);
+    else
         rc = asking && mux_send(s, t, ask, sizeof ask - 1, 1, u->tag) < 0 ? -1 :
              mux_send(s, t, u->req.p, u->req.len, u->total, u->tag);
     if (rc < 0 && u->pinned)
@@ -1133,6 +1128,7 @@ static void commit_parts(struct session *s, const struct request *req)
         int exec_first = parts[i].exec_first;
         struct unit *u = unit_new(r, parts[i].slot, exec_first + 1, &parts[i].req);
         u->holds = 1;
+        u->side = r->merge == MERGE_KILL;
         u->exec_first = exec_first;
         u->pos = parts[i].pos;
         u->npos = parts[i].npos;
@@ -1529,6 +1525,7 @@ void route_free(struct session *s)
     if (r == NULL)
         return;
     route_pin_free(s);
+    route_kill_forget(s);
     drop_split(r);
     if (r->wait.waiting)
         cluster_unwait(&r->wait);

@@ -52,6 +52,8 @@ static const struct fanout_row {
     { "function", "delete", 3, 3, MERGE_SAME, 0 },
     { "function", "flush", 2, 3, MERGE_SAME, 0 },
     { "function", "restore", 3, 4, MERGE_SAME, 0 },
+    { "script", "kill", 2, 2, MERGE_KILL, 0 },
+    { "function", "kill", 2, 2, MERGE_KILL, 0 },
     /* The server's settings, saves and test hooks: every primary's (replicas
      * keep theirs). Each node applies them on its own: one that refuses may
      * come after one that took them, and the client gets its error. */
@@ -464,11 +466,31 @@ static char *merge_info(const struct merge_reply *r, int n, size_t *len)
     return out.p;
 }
 
+/* MERGE_KILL: the reply of the primary that ran the script. */
+static char *merge_kill(const struct merge_reply *r, int n, size_t *len)
+{
+    static const char unkillable[] = "-UNKILLABLE ";
+    int pick = 0;
+    for (int i = 0; i < n; i++) {
+        if (r[i].n >= 3 && memcmp(r[i].p, "+OK", 3) == 0) {
+            pick = i;
+            break;
+        }
+        if (r[i].n > sizeof unkillable - 1 &&
+            memcmp(r[i].p, unkillable, sizeof unkillable - 1) == 0)
+            pick = i;
+    }
+    *len = r[pick].n;
+    return xmemdup(r[pick].p, r[pick].n);
+}
+
 char *merge_replies(enum merge how, const struct merge_reply *r, int n, int nkeys,
                     size_t *len)
 {
     if (how == MERGE_FIRST)
         return merge_first(r, n, len);
+    if (how == MERGE_KILL)
+        return merge_kill(r, n, len);
     int bad = -1;                       /* the first error, else what no merge can take */
     for (int i = 0; i < n && bad < 0; i++)
         if (r[i].n == 0 || r[i].p[0] == '-')

@@ -31,6 +31,9 @@ enum merge {
     MERGE_SCAN,         /* one primary's page, its cursor rewritten (route_scan.h) */
     MERGE_ALL,          /* arrays of 1 and 0, 1 where every part has 1 (SCRIPT EXISTS:
                            EVALSHA runs on whichever node the keys name) */
+    MERGE_KILL,         /* SCRIPT KILL, FUNCTION KILL: +OK where one primary killed its
+                           script, else -UNKILLABLE where one could not, else the first
+                           reply (-NOTBUSY) */
     MERGE_INFO,         /* INFO: the first part's text, its counts of keys, clients and
                            requests summed over the parts (route_merge.c info_sums) */
 };

@@ -214,8 +214,6 @@ def test_standalone_answers_and_refusals(proxy):
         (("WAIT", "0", "0"), b"ERR ttlguard cluster = route does not support WAIT yet"),
         (("WAITAOF", "0", "0", "0"), b"ERR ttlguard cluster = route does not support WAITAOF "
                                      b"yet"),
-        (("SCRIPT", "KILL"), b"ERR ttlguard cluster = route does not support SCRIPT KILL yet"),
-        (("FUNCTION", "KILL"), b"ERR ttlguard cluster = route does not support FUNCTION KILL"),
         (("SWAPDB", "0", "1"), b"ERR SWAPDB is not allowed in cluster mode"),
         (("DBSIZE", "x"), b"ERR wrong number of arguments for 'dbsize' command"),
     ]
@@ -454,6 +452,43 @@ def test_info_counts_the_whole_cluster(cluster, proxy):
         got3 = c.cmd("INFO", "keyspace")
         assert _info(got3)["db0"].startswith("keys=40,expires=10,"), got3
         assert c.cmd("DEL", *keys) == 40
+
+
+def test_script_kill_reaches_the_busy_node(cluster, proxy):
+    """SCRIPT KILL and FUNCTION KILL through route end a script that runs
+    past busy-reply-threshold on whichever primary runs it (they go to each
+    primary over a connection of their own: the busy node reads no more from
+    the shared connection the script came on); the script's client gets the
+    node's error, a client waiting behind it on that node its reply; with
+    nothing running, the node's -NOTBUSY."""
+    key = "spin:k"
+    port = cluster.owner_of_slot(key_slot(key))["port"]
+    lib = "#!lua name=spinlib\nredis.register_function{function_name='spin', " \
+          "callback=function(k) while true do end end, flags={'no-writes'}}"
+    with Conn(proxy.port) as c:
+        assert c.cmd("SET", key, "v") == b"OK"
+        assert c.cmd("CONFIG", "SET", "lua-time-limit", "100") == b"OK"
+        try:
+            for kill, start in ((("SCRIPT", "KILL"), ("EVAL", "while true do end", "1", key)),
+                                (("FUNCTION", "KILL"), ("FCALL", "spin", "1", key))):
+                if kill[0] == "FUNCTION":
+                    assert c.cmd("FUNCTION", "LOAD", "REPLACE", lib) == b"spinlib"
+                idle = c.cmd(*kill)
+                assert isinstance(idle, RespError) and idle == cluster.cmd(port, *kill), idle
+                with Conn(proxy.port) as a, Conn(proxy.port) as b:
+                    a.send(enc(*start))
+                    wait_for(lambda: isinstance(cluster.cmd(port, "PING"), RespError),
+                             timeout=5, what="the node busy with the script")
+                    b.send(enc("GET", key))
+                    assert c.cmd(*kill) == b"OK"
+                    got = a.replies(1, timeout=5)[0]
+                    assert isinstance(got, RespError) and b"killed" in got, got
+                    assert b.replies(1, timeout=5) == [b"v"]
+                assert cluster.cmd(port, "PING") == b"PONG"
+        finally:
+            assert c.cmd("CONFIG", "SET", "lua-time-limit", "5000") == b"OK"
+            c.cmd("FUNCTION", "FLUSH")
+        assert c.cmd("DEL", key) == 1
 
 
 def scan_all(port, *opts, between=None):

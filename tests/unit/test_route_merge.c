@@ -37,7 +37,7 @@ Test(route_merge, kinds)
     struct slice flist[] = { S("function"), S("list") }, kill[] = { S("SCRIPT"), S("KILL") };
     cr_assert_eq(merge_fanout_kind(4, fload), MERGE_SAME);
     cr_assert_eq(merge_fanout_kind(2, flist), MERGE_NONE, "one node's list is every node's");
-    cr_assert_eq(merge_fanout_kind(2, kill), MERGE_NONE);
+    cr_assert_eq(merge_fanout_kind(2, kill), MERGE_KILL);
     cr_assert_eq(merge_fanout_kind(2, load), MERGE_NONE, "SCRIPT LOAD without a script");
     cr_assert_eq(merge_fanout_kind(2, dbsize), MERGE_NONE, "DBSIZE takes no argument");
     struct slice rk[] = { S("RANDOMKEY") }, scan[] = { S("scan"), S("0"), S("COUNT"), S("5") };
@@ -205,4 +205,15 @@ Test(route_merge, what_the_client_gets_of_the_multi_form)
     exec_reply(refused, 4, "-OOM no\r\n");
     struct slice moved[] = { S("+OK\r\n"), S("+QUEUED\r\n"), S("-MOVED 7 127.0.0.1:7001\r\n") };
     exec_reply(moved, 3, "-MOVED 7 127.0.0.1:7001\r\n");
+}
+
+Test(route_merge, a_kill_is_the_busy_primary_s_reply)
+{
+    struct merge_reply nb = { "-NOTBUSY No scripts in execution right now.\r\n", 45, NULL, 0 };
+    struct merge_reply ok = { "+OK\r\n", 5, NULL, 0 };
+    struct merge_reply uk = { "-UNKILLABLE Sorry the script already executed write commands "
+                              "against the dataset.\r\n", 83, NULL, 0 };
+    merged(MERGE_KILL, (struct merge_reply[]){ nb, ok, nb }, 3, 0, "+OK\r\n");
+    merged(MERGE_KILL, (struct merge_reply[]){ nb, nb, uk }, 3, 0, uk.p);
+    merged(MERGE_KILL, (struct merge_reply[]){ nb, nb }, 2, 0, nb.p);
 }
