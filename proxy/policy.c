@@ -30,7 +30,6 @@
  * That closes the gap as soon as Redis executes the next command of this
  * connection, but is not atomic; docs/reliability.md, "Limits", says so.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,19 +112,6 @@ static void sb_str(struct sbuf *b, const char *s)
     sbuf_add(b, s, strlen(s));
 }
 
-static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    sbuf_reserve(b, (size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
 
 /* "*<n>\r\n" or "$<n>\r\n", without printf: every rewrite writes several. */
 static void sb_header(struct sbuf *b, char type, uint64_t n)
@@ -226,7 +212,7 @@ static void sb_key(struct sbuf *b, struct slice key)
         if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\')
             sbuf_add(b, &key.p[i], 1);
         else
-            sb_printf(b, "\\x%02x", c);
+            sbuf_printf(b, "\\x%02x", c);
     }
     if (n < key.len)
         sbuf_add(b, "...", 3);
@@ -251,44 +237,44 @@ static void build_reject(struct sbuf *b, struct slice cmd, enum cmd_id id, struc
     cmd_upper(cmd, name);
 
     b->len = 0;
-    sb_printf(b, "-TTLGUARD %s would ", name);
+    sbuf_printf(b, "-TTLGUARD %s would ", name);
     switch (f->effect) {
-    case EFF_CREATES_WITHOUT_TTL: sb_printf(b, "create without a TTL '"); break;
-    case EFF_DROPS_TTL:           sb_printf(b, "drop the TTL of '"); break;
-    case EFF_PERSIST:             sb_printf(b, "remove the TTL of '"); break;
-    case EFF_EXCEEDS_MAX_TTL:     sb_printf(b, "set a TTL above max_ttl %lld s on '", r->max_ttl); break;
-    case EFF_EXTENDS_TTL:         sb_printf(b, "extend the TTL of '"); break;
+    case EFF_CREATES_WITHOUT_TTL: sbuf_printf(b, "create without a TTL '"); break;
+    case EFF_DROPS_TTL:           sbuf_printf(b, "drop the TTL of '"); break;
+    case EFF_PERSIST:             sbuf_printf(b, "remove the TTL of '"); break;
+    case EFF_EXCEEDS_MAX_TTL:     sbuf_printf(b, "set a TTL above max_ttl %lld s on '", r->max_ttl); break;
+    case EFF_EXTENDS_TTL:         sbuf_printf(b, "extend the TTL of '"); break;
     default: break;
     }
     sb_key(b, key);
-    sb_printf(b, "' (rule %s): ", r->label);
+    sbuf_printf(b, "' (rule %s): ", r->label);
 
     long long ttl = r->ttl > 0 ? r->ttl : 3600;
     switch (f->effect) {
     case EFF_CREATES_WITHOUT_TTL:
         if (id == CID_SET || id == CID_SETNX)
-            sb_printf(b, "give it a TTL in the same call: SET key value EX %lld", ttl);
+            sbuf_printf(b, "give it a TTL in the same call: SET key value EX %lld", ttl);
         else
-            sb_printf(b, "give it a TTL in the same MULTI/EXEC or script: "
+            sbuf_printf(b, "give it a TTL in the same MULTI/EXEC or script: "
                          "%s ...; EXPIRE key %lld NX", name, ttl);
         break;
     case EFF_DROPS_TTL:
         if (id == CID_SET || id == CID_GETSET)
-            sb_printf(b, "keep the TTL with SET key value KEEPTTL%s, or set one with EX %lld",
+            sbuf_printf(b, "keep the TTL with SET key value KEEPTTL%s, or set one with EX %lld",
                       id == CID_GETSET ? " GET" : "", ttl);
         else
-            sb_printf(b, "read PEXPIRETIME first and restore it with PEXPIREAT in the same "
+            sbuf_printf(b, "read PEXPIRETIME first and restore it with PEXPIREAT in the same "
                          "MULTI/EXEC or script, or add EXPIRE key %lld", ttl);
         break;
     case EFF_PERSIST:
-        sb_printf(b, "keys under this rule must expire; change the TTL with EXPIRE key seconds, "
+        sbuf_printf(b, "keys under this rule must expire; change the TTL with EXPIRE key seconds, "
                      "or register the prefix as [durable]");
         break;
     case EFF_EXCEEDS_MAX_TTL:
-        sb_printf(b, "use a TTL of at most %lld seconds", r->max_ttl);
+        sbuf_printf(b, "use a TTL of at most %lld seconds", r->max_ttl);
         break;
     case EFF_EXTENDS_TTL:
-        sb_printf(b, "the first TTL is a bound (refresh = bound): use EXPIRE key seconds NX");
+        sbuf_printf(b, "the first TTL is a bound (refresh = bound): use EXPIRE key seconds NX");
         break;
     default:
         break;
@@ -304,15 +290,15 @@ static void build_carry_reject(struct sbuf *b, struct slice cmd, struct slice ke
     char name[33];
     cmd_upper(cmd, name);
     b->len = 0;
-    sb_printf(b, "TTLGUARD %s would carry '", name);
+    sbuf_printf(b, "TTLGUARD %s would carry '", name);
     sb_key(b, key);
     long long ttl = r->ttl > 0 ? r->ttl : 3600;
-    sb_printf(b, "' to %s without a TTL (rule %s): ", where, r->label);
+    sbuf_printf(b, "' to %s without a TTL (rule %s): ", where, r->label);
     if (copy)
-        sb_printf(b, "the copy takes the source's TTL: give the source one first, or copy in "
+        sbuf_printf(b, "the copy takes the source's TTL: give the source one first, or copy in "
                      "a script that then runs SELECT db; EXPIRE key %lld NX", ttl);
     else
-        sb_printf(b, "give it one first: EXPIRE key %lld NX", ttl);
+        sbuf_printf(b, "give it one first: EXPIRE key %lld NX", ttl);
 }
 
 /* How strict an `unknown` setting is: the strictest of a command's rules
@@ -333,7 +319,7 @@ static void build_unjudged_reject(struct sbuf *b, struct slice cmd, const struct
     char name[33];
     cmd_upper(cmd, name);
     b->len = 0;
-    sb_printf(b, "-TTLGUARD %s: %s, and rule %s has unknown = reject: send it straight to "
+    sbuf_printf(b, "-TTLGUARD %s: %s, and rule %s has unknown = reject: send it straight to "
                  "the server, or set unknown = log in that rule\r\n", name, why, r->label);
 }
 

@@ -37,7 +37,6 @@
  * client's on that connection). Inside MULTI CLIENT is refused (route.c): the
  * node would run it at EXEC, about the pin's connection.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,20 +58,6 @@ static void say(struct session *s, const struct request *req, const struct req_p
     route_answer(s, req, pl, text, strlen(text));
 }
 
-/* printf at the end of b. */
-static void addf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void addf(struct sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    sbuf_reserve(b, (size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
 
 /* An error that quotes the client's words: "-ERR <before>'<arg>'", with
  * newlines made spaces as Redis does (addReplyErrorFormat). */
@@ -80,7 +65,7 @@ static void say_quoting(struct session *s, const struct request *req, const stru
                         const char *before, struct slice arg)
 {
     struct sbuf b = { 0 };
-    addf(&b, "-ERR %s'%.*s'\r\n", before, (int)arg.len, arg.p);
+    sbuf_printf(&b, "-ERR %s'%.*s'\r\n", before, (int)arg.len, arg.p);
     for (size_t i = 1; i + 2 < b.len; i++)
         if (b.p[i] == '\r' || b.p[i] == '\n')
             b.p[i] = ' ';
@@ -151,7 +136,7 @@ static void client_line(struct sbuf *b, struct session *c, uint64_t now)
     uv_os_fd_t fd = -1;
     uv_fileno(&c->client.h.handle, &fd);
     size_t omem = xport_backlog(&c->client);
-    addf(b, "id=%llu addr=%s laddr=%s fd=%d name=%s age=%llu idle=%llu flags=%s db=%d "
+    sbuf_printf(b, "id=%llu addr=%s laddr=%s fd=%d name=%s age=%llu idle=%llu flags=%s db=%d "
          "sub=%d psub=%d ssub=%d multi=%d qbuf=%zu qbuf-free=%zu argv-mem=0 multi-mem=0 "
          "rbs=0 rbp=0 obl=0 oll=0 omem=%zu tot-mem=%zu events=r%s cmd=NULL user=default "
          "redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
@@ -171,9 +156,9 @@ static void say_text(struct session *s, const struct request *req, const struct 
 {
     struct sbuf b = { 0 };
     if (s->resp3)
-        addf(&b, "=%zu\r\ntxt:", text->len + 4);
+        sbuf_printf(&b, "=%zu\r\ntxt:", text->len + 4);
     else
-        addf(&b, "$%zu\r\n", text->len);
+        sbuf_printf(&b, "$%zu\r\n", text->len);
     sbuf_add(&b, text->p, text->len);
     sbuf_add(&b, "\r\n", 2);
     route_answer(s, req, pl, b.p, b.len);
@@ -383,9 +368,9 @@ static int client_unblock(struct session *s, const struct request *req,
     }
     int n = snprintf(line, sizeof line, "%lld", node_id);
     struct sbuf b = { 0 };
-    addf(&b, "*%d\r\n$6\r\nCLIENT\r\n$7\r\nUNBLOCK\r\n$%d\r\n%s\r\n", req->argc, n, line);
+    sbuf_printf(&b, "*%d\r\n$6\r\nCLIENT\r\n$7\r\nUNBLOCK\r\n$%d\r\n%s\r\n", req->argc, n, line);
     if (req->argc == 4)
-        addf(&b, "$%zu\r\n%.*s\r\n", req->argv[3].len, (int)req->argv[3].len, req->argv[3].p);
+        sbuf_printf(&b, "$%zu\r\n%.*s\r\n", req->argv[3].len, (int)req->argv[3].len, req->argv[3].p);
     route_send_instead(s, req, pl, t, b.p, b.len);
     free(b.p);
     return 1;
@@ -422,7 +407,7 @@ int route_hello_setname(struct session *s, const struct request *req, struct req
                                               : NULL;
     }
     bytes.len = 0;
-    addf(&bytes, "*2\r\n$5\r\nHELLO\r\n$%zu\r\n", req->argv[1].len);
+    sbuf_printf(&bytes, "*2\r\n$5\r\nHELLO\r\n$%zu\r\n", req->argv[1].len);
     sbuf_add(&bytes, req->argv[1].p, req->argv[1].len);
     sbuf_add(&bytes, "\r\n", 2);
     *fwd = (struct request){ .argc = 2, .argv = req->argv,
@@ -439,7 +424,7 @@ static void client_getname(struct session *s, const struct request *req,
     if (s->client_name == NULL)
         sbuf_add(&b, s->resp3 ? "_\r\n" : "$-1\r\n", s->resp3 ? 3 : 5);
     else
-        addf(&b, "$%zu\r\n%s\r\n", strlen(s->client_name), s->client_name);
+        sbuf_printf(&b, "$%zu\r\n%s\r\n", strlen(s->client_name), s->client_name);
     route_answer(s, req, pl, b.p, b.len);
     free(b.p);
 }

@@ -378,6 +378,21 @@ void sbuf_add(struct sbuf *b, const void *p, size_t n)
     b->len += n;
 }
 
+void sbuf_printf(struct sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n <= 0)
+        return;
+    sbuf_reserve(b, (size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
 int hex_digit_value(char c)
 {
     if (c >= '0' && c <= '9')

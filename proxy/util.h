@@ -22,6 +22,8 @@ struct sbuf {
 
 void sbuf_reserve(struct sbuf *b, size_t more);
 void sbuf_add(struct sbuf *b, const void *p, size_t n);
+/* printf at the end of b. */
+void sbuf_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A growable FIFO of fixed-size elements, in an array used as a ring whose
  * size is a power of two: the session's pending replies, a shared

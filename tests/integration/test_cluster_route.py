@@ -59,24 +59,31 @@ class RoutedProxy(harness.Ttlguard):
                          backend_addr=seeds)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("route-cluster")).start()
-    yield c
-    c.stop()
+def routed_fixtures(name):
+    """A module's `cluster` (6 nodes) and `proxy` (RoutedProxy with an admin
+    port, admin_port) fixtures: `cluster, proxy = routed_fixtures("x")`."""
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory):
+        c = Cluster(tmp_path_factory.mktemp(name + "-cluster")).start()
+        yield c
+        c.stop()
+
+    @pytest.fixture(scope="module")
+    def proxy(cluster, tmp_path_factory):
+        harness.need_binary()
+        admin = harness.free_port()
+        p = RoutedProxy(tmp_path_factory.mktemp(name + "-proxy"), cluster,
+                        conf={"admin": "127.0.0.1:%d" % admin})
+        p.admin_port = admin
+        p.start()
+        yield p
+        rc = p.stop()
+        assert rc == 0, "ttlguard exit %s\n%s" % (rc, p.stderr())
+
+    return cluster, proxy
 
 
-@pytest.fixture(scope="module")
-def proxy(cluster, tmp_path_factory):
-    harness.need_binary()
-    admin = harness.free_port()
-    p = RoutedProxy(tmp_path_factory.mktemp("route-proxy"), cluster,
-                    conf={"admin": "127.0.0.1:%d" % admin})
-    p.admin_port = admin
-    p.start()
-    yield p
-    rc = p.stop()
-    assert rc == 0, "ttlguard exit %s\n%s" % (rc, p.stderr())
+cluster, proxy = routed_fixtures("route")
 
 
 def cli(port, *args):

@@ -28,25 +28,10 @@ import redis
 
 import harness
 from harness import Conn, RespError, enc, wait_blocked, wait_for
-from cluster_util import Cluster
-from test_cluster_route import RoutedProxy, cli, keys_on_each_primary, owner_port
+from test_cluster_route import routed_fixtures, cli, keys_on_each_primary, owner_port
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("route-client-cluster")).start()
-    yield c
-    c.stop()
-
-
-@pytest.fixture(scope="module")
-def proxy(cluster, tmp_path_factory):
-    harness.need_binary()
-    p = RoutedProxy(tmp_path_factory.mktemp("route-client-proxy"), cluster)
-    p.start()
-    yield p
-    rc = p.stop()
-    assert rc == 0, "ttlguard exit %s\n%s" % (rc, p.stderr())
+cluster, proxy = routed_fixtures("route-client")
 
 
 @pytest.fixture(scope="module")
@@ -334,11 +319,16 @@ def test_client_unblock_of_a_client_blocked_on_its_node(cluster, proxy):
         assert other.cmd("CLIENT", "UNBLOCK", str(vid)) == 0        # not blocked
         victim.send(enc("BLPOP", k, "0"))
         wait_blocked(node, "blpop")
-        assert other.cmd("CLIENT", "UNBLOCK", str(vid)) == 1
+        # ttlguard learns the node's id for the pin's connection from a reply
+        # it may read after the node shows the client blocked: until then the
+        # client is not blocked to it (:0, as Redis says of one not blocked yet).
+        wait_for(lambda: other.cmd("CLIENT", "UNBLOCK", str(vid)) == 1, timeout=5,
+                 what="CLIENT UNBLOCK through ttlguard")
         assert victim.reply() is None                               # as at its timeout
         victim.send(enc("BRPOP", k, "0"))                           # a pin opened again
         wait_blocked(node, "brpop")
-        assert other.cmd("CLIENT", "UNBLOCK", str(vid), "ERROR") == 1
+        wait_for(lambda: other.cmd("CLIENT", "UNBLOCK", str(vid), "ERROR") == 1, timeout=5,
+                 what="CLIENT UNBLOCK ERROR through ttlguard")
         got = victim.reply()
         assert isinstance(got, RespError) and got.startswith(b"UNBLOCKED"), got
         assert victim.cmd("PING") == b"PONG"

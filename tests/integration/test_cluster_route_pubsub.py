@@ -34,28 +34,14 @@ import redis
 
 import harness
 from harness import Conn, RespError, RespPush, enc, slow, wait_for
-from cluster_util import Cluster, key_slot
-from test_cluster_route import RoutedProxy, _finish_slot, cli
+from cluster_util import key_slot
+from test_cluster_route import routed_fixtures, _finish_slot, cli
 
 CROSSSLOT = b"CROSSSLOT Keys in request don't hash to the same slot"
 SUB_LIMIT = b"ERR ttlguard cluster = route: a subscribed connection stays on its subscriptions'"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("route-pubsub-cluster")).start()
-    yield c
-    c.stop()
-
-
-@pytest.fixture(scope="module")
-def proxy(cluster, tmp_path_factory):
-    harness.need_binary()
-    p = RoutedProxy(tmp_path_factory.mktemp("route-pubsub-proxy"), cluster)
-    p.start()
-    yield p
-    rc = p.stop()
-    assert rc == 0, "ttlguard exit %s\n%s" % (rc, p.stderr())
+cluster, proxy = routed_fixtures("route-pubsub")
 
 
 def classic_port(cluster):
