@@ -80,7 +80,7 @@ struct admin_conn {
     int reading;
     int feeding;                /* inside http_parser_execute(): no re-entry */
     uint64_t last_active;       /* uv_now() */
-    struct evbuf held;          /* read but not parsed yet */
+    struct sbuf held;          /* read but not parsed yet */
 };
 
 /* One backend check in flight: a backend connection of its own (backend.c:
@@ -209,22 +209,22 @@ static void answer_text(struct admin_conn *c, int status, const char *text, int 
 
 /* ---- /metrics -------------------------------------------------------------- */
 
-static void m_family(struct evbuf *b, const char *name, const char *type, const char *help)
+static void m_family(struct sbuf *b, const char *name, const char *type, const char *help)
 {
-    evbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void m_sample(struct evbuf *b, const char *name, const char *labels, uint64_t v)
+static void m_sample(struct sbuf *b, const char *name, const char *labels, uint64_t v)
 {
     evbuf_adds(b, name);
     if (labels != NULL && *labels)
-        evbuf_printf(b, "{%s}", labels);
-    evbuf_add(b, " ", 1);
+        sbuf_printf(b, "{%s}", labels);
+    sbuf_add(b, " ", 1);
     evbuf_u64(b, v);
-    evbuf_add(b, "\n", 1);
+    sbuf_add(b, "\n", 1);
 }
 
-static void m_single(struct evbuf *b, const char *name, const char *type, const char *help,
+static void m_single(struct sbuf *b, const char *name, const char *type, const char *help,
                      uint64_t v)
 {
     m_family(b, name, type, help);
@@ -232,7 +232,7 @@ static void m_single(struct evbuf *b, const char *name, const char *type, const 
 }
 
 /* The watcher's numbers (watch = on). */
-static void render_watch(struct evbuf *b)
+static void render_watch(struct sbuf *b)
 {
     const struct watch_stats *w = watch_stats();
     m_single(b, "ttlguard_watch_subscribed", "gauge",
@@ -259,57 +259,57 @@ static void render_watch(struct evbuf *b)
              w->gap_ms / 1000);
 }
 
-static void rule_label(struct evbuf *lab, const struct rule *r)
+static void rule_label(struct sbuf *lab, const struct rule *r)
 {
     lab->len = 0;
     evbuf_adds(lab, "rule=\"");
     evbuf_prom_label(lab, r->label);
-    evbuf_add(lab, "\"", 1);
+    sbuf_add(lab, "\"", 1);
 }
 
-static void m_histogram(struct evbuf *b, const char *name, const char *path,
+static void m_histogram(struct sbuf *b, const char *name, const char *path,
                         const struct stats_hist *h)
 {
     uint64_t cum = 0;
     for (unsigned i = 0; i < STATS_NBOUNDS; i++) {
         cum += h->bucket[i];
-        evbuf_printf(b, "%s_bucket{path=\"%s\",le=\"%s\"} ", name, path, stats_bounds_text[i]);
+        sbuf_printf(b, "%s_bucket{path=\"%s\",le=\"%s\"} ", name, path, stats_bounds_text[i]);
         evbuf_u64(b, cum);
-        evbuf_add(b, "\n", 1);
+        sbuf_add(b, "\n", 1);
     }
-    evbuf_printf(b, "%s_bucket{path=\"%s\",le=\"+Inf\"} ", name, path);
+    sbuf_printf(b, "%s_bucket{path=\"%s\",le=\"+Inf\"} ", name, path);
     evbuf_u64(b, h->count);
-    evbuf_printf(b, "\n%s_sum{path=\"%s\"} %.9f\n%s_count{path=\"%s\"} ", name, path,
+    sbuf_printf(b, "\n%s_sum{path=\"%s\"} %.9f\n%s_count{path=\"%s\"} ", name, path,
                  (double)h->sum_ns / 1e9, name, path);
     evbuf_u64(b, h->count);
-    evbuf_add(b, "\n", 1);
+    sbuf_add(b, "\n", 1);
 }
 
 struct node_metrics {
-    struct evbuf *b;
+    struct sbuf *b;
     int requests;           /* which family this pass writes */
 };
 
 static void node_sample(void *ctx, const struct cluster_node_info *n)
 {
     struct node_metrics *m = ctx;
-    struct evbuf lab = { 0 };
+    struct sbuf lab = { 0 };
     evbuf_adds(&lab, "node=\"");
     evbuf_prom_label(&lab, n->name);
     if (m->requests) {
-        evbuf_add(&lab, "\"", 2);
+        sbuf_add(&lab, "\"", 2);
         m_sample(m->b, "ttlguard_cluster_node_requests_total", lab.p, n->requests);
     } else {
-        evbuf_printf(&lab, "\",port=\"%d\",role=\"%s\",id=\"%s\"", n->port,
+        sbuf_printf(&lab, "\",port=\"%d\",role=\"%s\",id=\"%s\"", n->port,
                      n->primary ? "primary" : "replica", n->id);
-        evbuf_add(&lab, "", 1);
+        sbuf_add(&lab, "", 1);
         m_sample(m->b, "ttlguard_cluster_node_info", lab.p, (uint64_t)n->present);
     }
     free(lab.p);
 }
 
 /* cluster = on: every node, its port here and the requests sent to it. */
-static void render_cluster(struct evbuf *b)
+static void render_cluster(struct sbuf *b)
 {
     struct node_metrics m = { b, 0 };
     m_family(b, "ttlguard_cluster_node_info", "gauge",
@@ -323,7 +323,7 @@ static void render_cluster(struct evbuf *b)
 }
 
 /* cluster = route: the redirects ttlguard followed for its clients. */
-static void render_route(struct evbuf *b)
+static void render_route(struct sbuf *b)
 {
     static const char *const kinds[] = { "kind=\"moved\"", "kind=\"ask\"",
                                          "kind=\"tryagain\"" };
@@ -336,14 +336,14 @@ static void render_route(struct evbuf *b)
 }
 
 /* Connections, requests, bytes and what became of them. */
-static void render_counters(struct evbuf *b)
+static void render_counters(struct sbuf *b)
 {
     const struct stats *st = &adm.ctx->stats;
     int nclients = adm.clients->nclients;
     const struct stats_hist *lat = stats_proxy.latency;
 
     m_family(b, "ttlguard_build_info", "gauge", "ttlguard version.");
-    evbuf_printf(b, "ttlguard_build_info{version=\"%s\"} 1\n", TTLG_VERSION);
+    sbuf_printf(b, "ttlguard_build_info{version=\"%s\"} 1\n", TTLG_VERSION);
     m_single(b, "ttlguard_client_connections", "gauge", "Client connections open now.",
              (uint64_t)(nclients > 0 ? nclients : 0));
     m_single(b, "ttlguard_backend_connections", "gauge", "Backend connections open now.",
@@ -387,7 +387,7 @@ static void render_counters(struct evbuf *b)
 }
 
 /* A counter family with a sample per durable rule: count(rule index). */
-static void render_durable_family(struct evbuf *b, struct evbuf *lab, const char *name,
+static void render_durable_family(struct sbuf *b, struct sbuf *lab, const char *name,
                                   const char *help, uint64_t (*count)(size_t))
 {
     const struct ruleset *rs = &adm.ctx->cfg->rules;
@@ -396,14 +396,14 @@ static void render_durable_family(struct evbuf *b, struct evbuf *lab, const char
         if (rs->v[i].kind != RULE_DURABLE)
             continue;
         rule_label(lab, &rs->v[i]);
-        evbuf_add(lab, "", 1);
+        sbuf_add(lab, "", 1);
         m_sample(b, name, lab->p, count(i));
     }
 }
 
 /* What the rules found: violations by rule, effect and action, writes to
  * durable keys; then the event log's own counters and the reloads. */
-static void render_rule_counters(struct evbuf *b, struct evbuf *lab)
+static void render_rule_counters(struct sbuf *b, struct sbuf *lab)
 {
     const struct ruleset *rs = &adm.ctx->cfg->rules;
     const struct events_counters *ec = events_counters();
@@ -422,9 +422,9 @@ static void render_rule_counters(struct evbuf *b, struct evbuf *lab)
                 if (!ev_pair_possible(e, a))
                     continue;
                 rule_label(lab, r);
-                evbuf_printf(lab, ",effect=\"%s\",action=\"%s\"", ev_effect_name(e),
+                sbuf_printf(lab, ",effect=\"%s\",action=\"%s\"", ev_effect_name(e),
                              ev_action_name(a));
-                evbuf_add(lab, "", 1);
+                sbuf_add(lab, "", 1);
                 m_sample(b, "ttlguard_violations_total", lab->p,
                          events_rule_violations(i, e, a));
             }
@@ -450,7 +450,7 @@ static void render_rule_counters(struct evbuf *b, struct evbuf *lab)
 }
 
 /* What the proxy knows of its backend: eviction policy, server, commands. */
-static void render_backend(struct evbuf *b, struct evbuf *lab)
+static void render_backend(struct sbuf *b, struct sbuf *lab)
 {
     const struct backend_facts *bf = control_facts();
 
@@ -460,7 +460,7 @@ static void render_backend(struct evbuf *b, struct evbuf *lab)
         lab->len = 0;
         evbuf_adds(lab, "policy=\"");
         evbuf_prom_label(lab, bf->policy);
-        evbuf_add(lab, "\"", 2);       /* with the NUL */
+        sbuf_add(lab, "\"", 2);       /* with the NUL */
         m_sample(b, "ttlguard_backend_maxmemory_policy_info", lab->p, 1);
     }
     if (bf->commands_ready) {
@@ -475,9 +475,9 @@ static void render_backend(struct evbuf *b, struct evbuf *lab)
                  "The backend's server and version, whose command table judges commands "
                  "(source=assumed: they could not be read).");
         lab->len = 0;
-        evbuf_printf(lab, "server=\"%s\",version=\"%s\",source=\"%s\"", name,
+        sbuf_printf(lab, "server=\"%s\",version=\"%s\",source=\"%s\"", name,
                      name + strlen(name) + 1, bf->backend_known ? "backend" : "assumed");
-        evbuf_add(lab, "", 1);
+        sbuf_add(lab, "", 1);
         m_sample(b, "ttlguard_backend_server_info", lab->p, 1);
         m_family(b, "ttlguard_backend_commands", "gauge",
                  "The backend's write commands the proxy knows: from=table (verified), "
@@ -489,10 +489,10 @@ static void render_backend(struct evbuf *b, struct evbuf *lab)
 
 }
 
-static void render_metrics(struct evbuf *b)
+static void render_metrics(struct sbuf *b)
 {
     const struct stats_hist *lat = stats_proxy.latency;
-    struct evbuf lab = { 0 };
+    struct sbuf lab = { 0 };
 
     render_counters(b);
     if (adm.ctx->cfg->watch)
@@ -515,7 +515,7 @@ static void render_metrics(struct evbuf *b)
 
 /* ---- /rules ------------------------------------------------------------------ */
 
-static void render_rules(struct evbuf *b)
+static void render_rules(struct sbuf *b)
 {
     const struct config *cfg = adm.ctx->cfg;
     const struct ruleset *rs = &cfg->rules;
@@ -530,7 +530,7 @@ static void render_rules(struct evbuf *b)
     for (size_t i = 0; i < rs->n; i++) {
         evbuf_adds(b, i ? ",{" : "{");
         events_rule_json(b, &rs->v[i]);
-        evbuf_add(b, "}", 1);
+        sbuf_add(b, "}", 1);
     }
     evbuf_adds(b, "]}\n");
 }
@@ -779,13 +779,13 @@ static int on_message_complete(http_parser *p)
         answer_text(c, 401, "admin_token is set: send Authorization: Bearer TOKEN\n", head,
                     keep_alive, "WWW-Authenticate: Bearer realm=\"ttlguard\"");
     } else if (strcmp(c->url, "/metrics") == 0) {
-        struct evbuf b = { 0 };
+        struct sbuf b = { 0 };
         render_metrics(&b);
         conn_answer(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, head,
                     keep_alive, NULL);
         free(b.p);
     } else if (strcmp(c->url, "/rules") == 0) {
-        struct evbuf b = { 0 };
+        struct sbuf b = { 0 };
         render_rules(&b);
         conn_answer(c, 200, "application/json", b.p, b.len, head, keep_alive, NULL);
         free(b.p);
@@ -854,7 +854,7 @@ static void conn_feed(struct admin_conn *c, const char *p, size_t n)
     }
     c->feeding = 0;
     if (n > 0 && !c->closing && !c->close_after)
-        evbuf_add(&c->held, p, n);
+        sbuf_add(&c->held, p, n);
     if (c->wait || c->close_after)
         conn_read_stop(c);
 }
@@ -891,7 +891,7 @@ static void conn_resume(struct admin_conn *c)
 {
     if (c->wait || c->closing || c->feeding)
         return;
-    struct evbuf held = c->held;
+    struct sbuf held = c->held;
     memset(&c->held, 0, sizeof c->held);
     conn_feed(c, held.p, held.len);
     free(held.p);

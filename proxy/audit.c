@@ -109,7 +109,7 @@ struct scan {
     struct arep *rep;
     FILE *events;                   /* fix events; NULL = none */
     int events_close;
-    struct evbuf event_line;        /* scratch for one event */
+    struct sbuf event_line;        /* scratch for one event */
 
     struct ring q;                  /* struct seg, at most AUDIT_QUEUE of them */
     struct batch *free_batches;
@@ -710,7 +710,7 @@ static int on_keys_done(struct scan *s, struct batch *b, char *err, size_t errle
 /* One audit_fix event as a JSON line, in the event log's own encoding
  * (docs/events.md: strings, log_keys). Kept in one function so it can move
  * into the events module without touching the scan. b is scratch space. */
-static void event_fix(FILE *f, struct evbuf *b, const struct config *cfg,
+static void event_fix(FILE *f, struct sbuf *b, const struct config *cfg,
                       const char *key, size_t len, const struct rule *r)
 {
     uint64_t ms = now_ms_wall();
@@ -722,7 +722,7 @@ static void event_fix(FILE *f, struct evbuf *b, const struct config *cfg,
     snprintf(ts + n, sizeof ts - n, ".%03uZ", (unsigned)(ms % 1000));
 
     b->len = 0;
-    evbuf_printf(b, "{\"ts\":\"%s\",\"event\":\"%s\",\"rule\":", ts, event_name(EVN_AUDIT_FIX));
+    sbuf_printf(b, "{\"ts\":\"%s\",\"event\":\"%s\",\"rule\":", ts, event_name(EVN_AUDIT_FIX));
     evbuf_json_str(b, r->label, strlen(r->label));
     evbuf_adds(b, ",\"prefix\":");
     evbuf_json_str(b, r->prefix, r->prefix_len);
@@ -732,9 +732,9 @@ static void event_fix(FILE *f, struct evbuf *b, const struct config *cfg,
     } else if (cfg->log_keys == LOG_KEYS_HASH) {
         char hex[17];
         events_key_hash(key, len, hex);
-        evbuf_printf(b, ",\"key_hash\":\"%s\"", hex);
+        sbuf_printf(b, ",\"key_hash\":\"%s\"", hex);
     }
-    evbuf_printf(b, ",\"ttl\":%lld}\n", r->ttl);
+    sbuf_printf(b, ",\"ttl\":%lld}\n", r->ttl);
     fwrite(b->p, 1, b->len, f);
 }
 

@@ -237,19 +237,19 @@ static const struct rule_result *previous(const struct pass_result *prev, const 
 }
 
 /* ,"<state>":N,"<state>_change":N|null */
-static void member_count(struct evbuf *b, int state, uint64_t now, int known, uint64_t before)
+static void member_count(struct sbuf *b, int state, uint64_t now, int known, uint64_t before)
 {
-    evbuf_printf(b, ",\"%s\":%llu,\"%s_change\":", state_names[state], (unsigned long long)now,
+    sbuf_printf(b, ",\"%s\":%llu,\"%s_change\":", state_names[state], (unsigned long long)now,
                  state_names[state]);
     if (known)
-        evbuf_printf(b, "%lld", (long long)now - (long long)before);
+        sbuf_printf(b, "%lld", (long long)now - (long long)before);
     else
         evbuf_adds(b, "null");
 }
 
 /* `ttlguard audit --fix --yes` for each database with leaked keys a rule
  * can give a TTL to: the commands the event names. */
-static void member_fix(struct evbuf *b)
+static void member_fix(struct sbuf *b)
 {
     const struct config *cfg = a.ctx->cfg;
     char *path = cfg->path ? realpath(cfg->path, NULL) : NULL;
@@ -260,34 +260,34 @@ static void member_fix(struct evbuf *b)
         no_ttl_to_give += a.dbt[i].leaked - a.dbt[i].fixable;
         if (a.dbt[i].fixable == 0)
             continue;
-        struct evbuf cmd = { 0 };
-        evbuf_printf(&cmd, "ttlguard audit --config %s", path ? path : cfg->path ? cfg->path
+        struct sbuf cmd = { 0 };
+        sbuf_printf(&cmd, "ttlguard audit --config %s", path ? path : cfg->path ? cfg->path
                      : "FILE");
         if (strcmp(a.ctx->backend->name, cfg->backend) != 0)     /* ttlguard --backend */
-            evbuf_printf(&cmd, " --backend %s", a.ctx->backend->name);
+            sbuf_printf(&cmd, " --backend %s", a.ctx->backend->name);
         if (cfg->cluster)
             evbuf_adds(&cmd, " --cluster");
         else if (a.dbt[i].db != 0)
-            evbuf_printf(&cmd, " --db %d", a.dbt[i].db);
+            sbuf_printf(&cmd, " --db %d", a.dbt[i].db);
         evbuf_adds(&cmd, " --fix --yes");
         if (any++)
-            evbuf_add(b, ",", 1);
+            sbuf_add(b, ",", 1);
         evbuf_json_str(b, cmd.p, cmd.len);
         free(cmd.p);
     }
     free(path);
     evbuf_adds(b, "]");
     if (no_ttl_to_give > 0)
-        evbuf_printf(b, ",\"leaked_without_rule_ttl\":%llu", (unsigned long long)no_ttl_to_give);
+        sbuf_printf(b, ",\"leaked_without_rule_ttl\":%llu", (unsigned long long)no_ttl_to_give);
 }
 
 /* "dbs":[{db, leaked}]; with audit_from = HOST:PORT "from"; with cluster =
  * on "nodes":[{node, [replica_of,] keys, leaked}]. */
-static void member_where(struct evbuf *b)
+static void member_where(struct sbuf *b)
 {
     evbuf_adds(b, ",\"dbs\":[");
     for (int i = 0; i < a.ndbt; i++)
-        evbuf_printf(b, "%s{\"db\":%d,\"leaked\":%llu}", i ? "," : "", a.dbt[i].db,
+        sbuf_printf(b, "%s{\"db\":%d,\"leaked\":%llu}", i ? "," : "", a.dbt[i].db,
                      (unsigned long long)a.dbt[i].leaked);
     evbuf_adds(b, "]");
     if (a.from == AUDIT_FROM_ADDR) {
@@ -305,14 +305,14 @@ static void member_where(struct evbuf *b)
             evbuf_adds(b, ",\"replica_of\":");
             evbuf_json_str(b, n->primary->name, strlen(n->primary->name));
         }
-        evbuf_printf(b, ",\"keys\":%llu,\"leaked\":%llu}", (unsigned long long)n->keys,
+        sbuf_printf(b, ",\"keys\":%llu,\"leaked\":%llu}", (unsigned long long)n->keys,
                      (unsigned long long)n->leaked);
     }
     evbuf_adds(b, "]");
 }
 
 /* "rules":[...]: each rule's states, their change since prev, bytes. */
-static void member_rules(struct evbuf *b, const struct pass_result *p,
+static void member_rules(struct sbuf *b, const struct pass_result *p,
                          const struct pass_result *prev)
 {
     evbuf_adds(b, ",\"rules\":[");
@@ -327,7 +327,7 @@ static void member_rules(struct evbuf *b, const struct pass_result *p,
                 continue;
             member_count(b, s, r->keys[s], was != NULL, was ? was->keys[s] : 0);
             if (p->with_memory)
-                evbuf_printf(b, ",\"%s_bytes\":%llu", state_names[s],
+                sbuf_printf(b, ",\"%s_bytes\":%llu", state_names[s],
                              (unsigned long long)r->bytes[s]);
         }
         evbuf_adds(b, "}");
@@ -336,7 +336,7 @@ static void member_rules(struct evbuf *b, const struct pass_result *p,
 }
 
 /* "leaked_patterns": folded key names, so only where the log may show keys. */
-static void member_patterns(struct evbuf *b, const struct pass_result *p)
+static void member_patterns(struct sbuf *b, const struct pass_result *p)
 {
     if (a.ctx->cfg->log_keys != LOG_KEYS_FULL || p->ntop == 0)
         return;
@@ -346,7 +346,7 @@ static void member_patterns(struct evbuf *b, const struct pass_result *p)
         evbuf_json_str(b, p->top[i].text, strlen(p->top[i].text));
         evbuf_adds(b, ",\"rule\":");
         evbuf_json_str(b, p->top[i].rule, strlen(p->top[i].rule));
-        evbuf_printf(b, ",\"keys\":%llu}", (unsigned long long)p->top[i].keys);
+        sbuf_printf(b, ",\"keys\":%llu}", (unsigned long long)p->top[i].keys);
     }
     evbuf_adds(b, "]");
 }
@@ -354,14 +354,14 @@ static void member_patterns(struct evbuf *b, const struct pass_result *p)
 /* The audit_pass event of p, compared with prev. */
 static void event_pass(const struct pass_result *p, const struct pass_result *prev)
 {
-    struct evbuf b = { 0 };
-    evbuf_printf(&b, "\"keys\":%llu,\"duration_ms\":%llu,\"rate\":%u",
+    struct sbuf b = { 0 };
+    sbuf_printf(&b, "\"keys\":%llu,\"duration_ms\":%llu,\"rate\":%u",
                  (unsigned long long)p->keys, (unsigned long long)p->duration_ms,
                  a.ctx->cfg->audit_rate);
     member_where(&b);
     for (int s = 0; s < ST__COUNT; s++)
         member_count(&b, s, p->totals[s], prev->valid, prev->totals[s]);
-    evbuf_printf(&b, ",\"expired_during\":%llu", (unsigned long long)p->expired_during);
+    sbuf_printf(&b, ",\"expired_during\":%llu", (unsigned long long)p->expired_during);
     member_rules(&b, p, prev);
     member_patterns(&b, p);
     if (p->totals[ST_LEAKED] > 0) {
@@ -401,7 +401,7 @@ static void rate_restart(uint64_t now)
  * pass reads p. */
 static void event_fallback(const struct target *p)
 {
-    struct evbuf b = { 0 };
+    struct sbuf b = { 0 };
     char msg[400];
     snprintf(msg, sizeof msg, "audit_from = replica, and the shard of %s has no online replica: "
              "this pass reads its primary", p->name);
@@ -833,11 +833,11 @@ static void keyspace(const char *info)
 /* audit_paused (resumed 0) or audit_resumed, with where the pass is. */
 static void event_pause(int resumed, const char *reason, const char *detail)
 {
-    struct evbuf b = { 0 };
+    struct sbuf b = { 0 };
     evbuf_adds(&b, "\"reason\":");
     evbuf_json_str(&b, reason, strlen(reason));
     if (resumed)
-        evbuf_printf(&b, ",\"paused_ms\":%llu",
+        sbuf_printf(&b, ",\"paused_ms\":%llu",
                      (unsigned long long)(now_ms_monotonic() - a.paused_at));
     evbuf_adds(&b, ",\"message\":");
     evbuf_json_str(&b, detail, strlen(detail));
@@ -846,7 +846,7 @@ static void event_pause(int resumed, const char *reason, const char *detail)
         evbuf_json_str(&b, a.c.t->name, strlen(a.c.t->name));
     }
     if (a.in_pass)
-        evbuf_printf(&b, ",\"db\":%d,\"cursor\":\"%s\",\"keys_so_far\":%llu",
+        sbuf_printf(&b, ",\"db\":%d,\"cursor\":\"%s\",\"keys_so_far\":%llu",
                      a.ndbs > 0 && a.dbi < a.ndbs ? a.dbs[a.dbi] : -1, a.cursor,
                      (unsigned long long)a.rep.seen);
     events_members(resumed ? EVN_AUDIT_RESUMED : EVN_AUDIT_PAUSED, b.p, b.len);
@@ -1309,13 +1309,13 @@ const char *audit_bg_problem(void)
 /* ------------------------------------------------------------------------ */
 /* /metrics                                                                 */
 
-static void family(struct evbuf *b, const char *name, const char *type, const char *help)
+static void family(struct sbuf *b, const char *name, const char *type, const char *help)
 {
-    evbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* name{rule,state} of every rule of p: keys, or bytes. */
-static void rule_samples(struct evbuf *b, const char *name, const struct pass_result *p,
+static void rule_samples(struct sbuf *b, const char *name, const struct pass_result *p,
                          int bytes)
 {
     for (size_t i = 0; i < p->nrules; i++) {
@@ -1323,9 +1323,9 @@ static void rule_samples(struct evbuf *b, const char *name, const struct pass_re
         for (int s = 0; s < ST__COUNT; s++) {
             if (s != ST_EXPIRING && s != r->no_ttl_state)
                 continue;
-            evbuf_printf(b, "%s{rule=\"", name);
+            sbuf_printf(b, "%s{rule=\"", name);
             evbuf_prom_label(b, r->label);
-            evbuf_printf(b, "\",state=\"%s\"} %llu\n", state_names[s],
+            sbuf_printf(b, "\",state=\"%s\"} %llu\n", state_names[s],
                          (unsigned long long)(bytes ? r->bytes[s] : r->keys[s]));
         }
     }
@@ -1343,33 +1343,33 @@ static double progress(void)
 }
 
 /* What the audit is doing now: paused, connected, counters, progress. */
-static void metrics_state(struct evbuf *b)
+static void metrics_state(struct sbuf *b)
 {
     static const char *const reasons[] = { "loading", "failover", "sync", "memory" };
     family(b, "ttlguard_audit_paused", "gauge", "1 while the background audit waits: Redis "
            "loading, a failover, a replica syncing, used_memory near maxmemory.");
     for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
-        evbuf_printf(b, "ttlguard_audit_paused{reason=\"%s\"} %d\n", reasons[i],
+        sbuf_printf(b, "ttlguard_audit_paused{reason=\"%s\"} %d\n", reasons[i],
                      strcmp(a.paused, reasons[i]) == 0);
     family(b, "ttlguard_audit_connected", "gauge",
            "1 while the background audit has its backend connection.");
-    evbuf_printf(b, "ttlguard_audit_connected %d\n", a.c.state == BC_READY);
+    sbuf_printf(b, "ttlguard_audit_connected %d\n", a.c.state == BC_READY);
     family(b, "ttlguard_audit_keys_read_total", "counter",
            "Keys the background audit classified, all passes.");
-    evbuf_printf(b, "ttlguard_audit_keys_read_total %llu\n", (unsigned long long)a.keys_read);
+    sbuf_printf(b, "ttlguard_audit_keys_read_total %llu\n", (unsigned long long)a.keys_read);
     family(b, "ttlguard_audit_passes_total", "counter", "Background audit passes finished.");
-    evbuf_printf(b, "ttlguard_audit_passes_total %llu\n", (unsigned long long)a.passes);
+    sbuf_printf(b, "ttlguard_audit_passes_total %llu\n", (unsigned long long)a.passes);
     family(b, "ttlguard_audit_interval_seconds", "gauge", "audit_interval: seconds between "
            "the starts of two passes (the alert on a stale last pass compares with it).");
-    evbuf_printf(b, "ttlguard_audit_interval_seconds %u\n", a.ctx->cfg->audit_interval);
+    sbuf_printf(b, "ttlguard_audit_interval_seconds %u\n", a.ctx->cfg->audit_interval);
     family(b, "ttlguard_audit_pass_progress_ratio", "gauge", "Share of the keyspace (INFO "
            "keyspace at its start) the pass under way has classified; 0 between passes.");
-    evbuf_printf(b, "ttlguard_audit_pass_progress_ratio %.4f\n", progress());
+    sbuf_printf(b, "ttlguard_audit_pass_progress_ratio %.4f\n", progress());
 }
 
 /* The leaked patterns of the last pass: folded key names, so only where
  * the log may show keys. */
-static void metrics_patterns(struct evbuf *b, const struct pass_result *p)
+static void metrics_patterns(struct sbuf *b, const struct pass_result *p)
 {
     if (a.ctx->cfg->log_keys != LOG_KEYS_FULL || p->ntop == 0)
         return;
@@ -1380,27 +1380,27 @@ static void metrics_patterns(struct evbuf *b, const struct pass_result *p)
         evbuf_prom_label(b, p->top[i].rule);
         evbuf_adds(b, "\",pattern=\"");
         evbuf_prom_label(b, p->top[i].text);
-        evbuf_printf(b, "\"} %llu\n", (unsigned long long)p->top[i].keys);
+        sbuf_printf(b, "\"} %llu\n", (unsigned long long)p->top[i].keys);
     }
 }
 
 /* When the last pass ended, how long it took, how many keys it read. */
-static void metrics_when(struct evbuf *b, const struct pass_result *p)
+static void metrics_when(struct sbuf *b, const struct pass_result *p)
 {
     family(b, "ttlguard_audit_last_pass_end_timestamp_seconds", "gauge",
            "When the last full background audit pass finished (Unix time).");
-    evbuf_printf(b, "ttlguard_audit_last_pass_end_timestamp_seconds %.3f\n",
+    sbuf_printf(b, "ttlguard_audit_last_pass_end_timestamp_seconds %.3f\n",
                  (double)p->end_wall_ms / 1000);
     family(b, "ttlguard_audit_last_pass_duration_seconds", "gauge",
            "How long the last full background audit pass took.");
-    evbuf_printf(b, "ttlguard_audit_last_pass_duration_seconds %.3f\n",
+    sbuf_printf(b, "ttlguard_audit_last_pass_duration_seconds %.3f\n",
                  (double)p->duration_ms / 1000);
     family(b, "ttlguard_audit_last_pass_keys", "gauge",
            "Keys the last full background audit pass classified.");
-    evbuf_printf(b, "ttlguard_audit_last_pass_keys %llu\n", (unsigned long long)p->keys);
+    sbuf_printf(b, "ttlguard_audit_last_pass_keys %llu\n", (unsigned long long)p->keys);
 }
 
-void audit_bg_metrics(struct evbuf *b)
+void audit_bg_metrics(struct sbuf *b)
 {
     if (!a.on)
         return;

@@ -49,7 +49,7 @@
 #include <stdint.h>
 
 struct loop_ctx;
-struct evbuf;
+struct sbuf;
 
 /* Start when cfg->audit_interval is set, stop when not; after a reload,
  * take the new rules, rate and interval (ctx->cfg is the new config). */
@@ -65,6 +65,6 @@ void audit_bg_backend_changed(void);
 const char *audit_bg_problem(void);
 
 /* The audit's families for /metrics (nothing when it is off). */
-void audit_bg_metrics(struct evbuf *b);
+void audit_bg_metrics(struct sbuf *b);
 
 #endif

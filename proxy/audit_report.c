@@ -871,7 +871,7 @@ void arep_print_text(FILE *f, const struct arep *a, int exit_status)
  * the bytes back with surrogateescape. */
 static void json_str(FILE *f, const char *s, size_t len)
 {
-    struct evbuf b = { 0 };
+    struct sbuf b = { 0 };
     evbuf_json_str(&b, s, len);
     fwrite(b.p, 1, b.len, f);
     free(b.p);

@@ -96,13 +96,13 @@ struct fold {
     uint64_t deadline;          /* uv_now() at which the window closes */
     uint64_t count;             /* occurrences since the last line written */
     struct fold *next;          /* the due list, by deadline */
-    struct evbuf example;       /* ,"key":...,"client":...,"db":N of the last occurrence */
+    struct sbuf example;       /* ,"key":...,"client":...,"db":N of the last occurrence */
 };
 
 /* The writer; see the top of the file. Fields under "job" belong to the
  * thread pool while busy and to the loop otherwise. */
 struct writer {
-    struct evbuf out[2];
+    struct sbuf out[2];
     uint64_t lines[2];
     int cur;                    /* out[cur] collects lines */
     int busy;                   /* a job is in the thread pool */
@@ -118,7 +118,7 @@ struct writer {
     uint64_t job_gen;
     int job_buf;                /* index of out[] the job writes */
     int job_close;              /* close fd after writing */
-    struct evbuf header;        /* log_opened line, written first into a newly opened file */
+    struct sbuf header;        /* log_opened line, written first into a newly opened file */
     uint64_t header_lines;
     int open_errno;             /* results */
     int write_errno;
@@ -159,53 +159,21 @@ static struct {
 
 /* ---- buffers --------------------------------------------------------------- */
 
-void evbuf_reserve(struct evbuf *b, size_t more)
+
+
+void evbuf_adds(struct sbuf *b, const char *s)
 {
-    if (b->len + more <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more)
-        cap *= 2;
-    b->p = xrealloc(b->p, cap);
-    b->cap = cap;
+    sbuf_add(b, s, strlen(s));
 }
 
-void evbuf_add(struct evbuf *b, const void *p, size_t n)
+void evbuf_u64(struct sbuf *b, uint64_t v)
 {
-    if (n == 0)
-        return;
-    evbuf_reserve(b, n);
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
-void evbuf_adds(struct evbuf *b, const char *s)
-{
-    evbuf_add(b, s, strlen(s));
-}
-
-void evbuf_u64(struct evbuf *b, uint64_t v)
-{
-    evbuf_reserve(b, 20);
+    sbuf_reserve(b, 20);
     b->len += u64_to_dec(b->p + b->len, v);
 }
 
-void evbuf_printf(struct evbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n <= 0)
-        return;
-    evbuf_reserve(b, (size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
 
-static void evbuf_free(struct evbuf *b)
+static void evbuf_free(struct sbuf *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
@@ -243,22 +211,22 @@ size_t events_utf8_len(const unsigned char *s, size_t n)
 
 static const char hexdig[] = "0123456789abcdef";
 
-void evbuf_prom_label(struct evbuf *b, const char *s)
+void evbuf_prom_label(struct sbuf *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '\\' || *s == '"')
-            evbuf_printf(b, "\\%c", *s);
+            sbuf_printf(b, "\\%c", *s);
         else if (*s == '\n')
             evbuf_adds(b, "\\n");
         else
-            evbuf_add(b, s, 1);
+            sbuf_add(b, s, 1);
     }
 }
 
-void evbuf_json_str(struct evbuf *b, const char *p, size_t len)
+void evbuf_json_str(struct sbuf *b, const char *p, size_t len)
 {
     const unsigned char *s = (const unsigned char *)p;
-    evbuf_reserve(b, len * 6 + 2);
+    sbuf_reserve(b, len * 6 + 2);
     char *o = b->p + b->len;
     *o++ = '"';
     for (size_t i = 0; i < len; i++) {
@@ -302,10 +270,10 @@ void evbuf_json_str(struct evbuf *b, const char *p, size_t len)
 }
 
 /* ,"name": -- without printf: examples are rebuilt on every occurrence. */
-static void json_name(struct evbuf *b, const char *name)
+static void json_name(struct sbuf *b, const char *name)
 {
     size_t n = strlen(name);
-    evbuf_reserve(b, n + 4);
+    sbuf_reserve(b, n + 4);
     char *o = b->p + b->len;
     o[0] = ',';
     o[1] = '"';
@@ -316,21 +284,21 @@ static void json_name(struct evbuf *b, const char *name)
 }
 
 /* ,"name":"value" for NUL-terminated text. */
-static void json_member_str(struct evbuf *b, const char *name, const char *value)
+static void json_member_str(struct sbuf *b, const char *name, const char *value)
 {
     json_name(b, name);
     evbuf_json_str(b, value, strlen(value));
 }
 
-static void json_member_u64(struct evbuf *b, const char *name, uint64_t v)
+static void json_member_u64(struct sbuf *b, const char *name, uint64_t v)
 {
     json_name(b, name);
     evbuf_u64(b, v);
 }
 
-void events_rule_json(struct evbuf *b, const struct rule *r)
+void events_rule_json(struct sbuf *b, const struct rule *r)
 {
-    evbuf_printf(b, "\"kind\":\"%s\"", rule_kind_name(r->kind));
+    sbuf_printf(b, "\"kind\":\"%s\"", rule_kind_name(r->kind));
     json_member_str(b, "rule", r->label);
     evbuf_adds(b, ",\"prefix\":");
     evbuf_json_str(b, r->prefix, r->prefix_len);
@@ -339,14 +307,14 @@ void events_rule_json(struct evbuf *b, const struct rule *r)
         json_member_str(b, "reason", r->reason ? r->reason : "");
         json_member_str(b, "rebuild", r->rebuild ? r->rebuild : "");
     } else {
-        evbuf_printf(b, ",\"action\":\"%s\",\"ttl\":%lld,\"refresh\":\"%s\",\"max_ttl\":%lld",
+        sbuf_printf(b, ",\"action\":\"%s\",\"ttl\":%lld,\"refresh\":\"%s\",\"max_ttl\":%lld",
                      rule_action_name(r->action), r->ttl, rule_refresh_name(r->refresh),
                      r->max_ttl);
         if (r->unknown != UNKNOWN_PROTECT)
-            evbuf_printf(b, ",\"unknown\":\"%s\"", rule_unknown_name(r->unknown));
+            sbuf_printf(b, ",\"unknown\":\"%s\"", rule_unknown_name(r->unknown));
     }
     if (r->line > 0)
-        evbuf_printf(b, ",\"line\":%d", r->line);
+        sbuf_printf(b, ",\"line\":%d", r->line);
 }
 
 /* ---- SipHash-2-4 (Aumasson and Bernstein, reference algorithm) -------------- */
@@ -494,7 +462,7 @@ static void warn_dropped(const char *why)
 
 /* ---- lines --------------------------------------------------------------------- */
 
-static void ts_append(struct evbuf *b)
+static void ts_append(struct sbuf *b)
 {
     struct timespec tv;
     clock_gettime(CLOCK_REALTIME, &tv);
@@ -505,24 +473,24 @@ static void ts_append(struct evbuf *b)
         ev.ts_sec = tv.tv_sec;
     }
     unsigned ms = (unsigned)(tv.tv_nsec / 1000000);
-    evbuf_reserve(b, 40);
+    sbuf_reserve(b, 40);
     b->len += (size_t)snprintf(b->p + b->len, 40, "{\"ts\":\"%s.%03uZ\"", ev.ts_text, ms);
 }
 
 /* Start a line in out[cur]: {"ts":"...","event":"NAME" */
-static struct evbuf *line_begin(enum event_name event)
+static struct sbuf *line_begin(enum event_name event)
 {
-    struct evbuf *b = &ev.w.out[ev.w.cur];
+    struct sbuf *b = &ev.w.out[ev.w.cur];
     ev.line_start = b->len;
     ts_append(b);
-    evbuf_printf(b, ",\"event\":\"%s\"", event_name(event));
+    sbuf_printf(b, ",\"event\":\"%s\"", event_name(event));
     return b;
 }
 
 /* Close the line, or take it back when the buffers are full. */
-static void line_end(struct evbuf *b)
+static void line_end(struct sbuf *b)
 {
-    evbuf_add(b, "}\n", 2);
+    sbuf_add(b, "}\n", 2);
     size_t pending = ev.w.out[0].len + ev.w.out[1].len;
     if (pending > EV_PENDING_MAX) {
         b->len = ev.line_start;
@@ -564,7 +532,7 @@ static void close_fd(struct writer *w)
 static void job_run(uv_work_t *req)
 {
     struct writer *w = &ev.w;
-    struct evbuf *b = &w->out[w->job_buf];
+    struct sbuf *b = &w->out[w->job_buf];
     size_t done;
 
     w->open_errno = 0;
@@ -606,7 +574,7 @@ static void job_run(uv_work_t *req)
 
 /* ---- the writer (loop side) ----------------------------------------------------------- */
 
-static void log_opened_line(struct evbuf *b);
+static void log_opened_line(struct sbuf *b);
 
 /* Hand out[cur] to a job; returns 0 when there was nothing to do. */
 static int job_prepare(int closing)
@@ -647,7 +615,7 @@ static size_t count_lines(const char *p, size_t len)
 static void job_account(void)
 {
     struct writer *w = &ev.w;
-    struct evbuf *b = &w->out[w->job_buf];
+    struct sbuf *b = &w->out[w->job_buf];
     char why[512];
 
     if (w->open_errno != 0) {
@@ -880,7 +848,7 @@ static const struct rule *rule_at(uint32_t i)
 /* The line of a fold entry: count 0 for a first occurrence (no "count"). */
 static void fold_write(const struct fold *f, uint64_t count)
 {
-    struct evbuf *b = line_begin(kind_event[f->kind]);
+    struct sbuf *b = line_begin(kind_event[f->kind]);
     if (f->rule != NO_RULE) {
         const struct rule *r = rule_at(f->rule);
         json_member_str(b, "rule", r->label);
@@ -890,13 +858,13 @@ static void fold_write(const struct fold *f, uint64_t count)
     evbuf_adds(b, ",\"command\":");
     evbuf_json_str(b, f->cmd, f->cmdlen);
     if (f->kind == EK_VIOLATION)
-        evbuf_printf(b, ",\"effect\":\"%s\",\"action\":\"%s\"",
+        sbuf_printf(b, ",\"effect\":\"%s\",\"action\":\"%s\"",
                      ev_effect_name(f->effect), ev_action_name(f->action));
     if (f->detail != NULL) {
         evbuf_adds(b, ",\"detail\":");
         evbuf_json_str(b, f->detail, f->detail_len);
     }
-    evbuf_add(b, f->example.p, f->example.len);
+    sbuf_add(b, f->example.p, f->example.len);
     if (count > 0)
         json_member_u64(b, "count", count);
     line_end(b);
@@ -979,7 +947,7 @@ static void fold_hit(struct fold *f, int fresh)
 
 /* ---- examples ------------------------------------------------------------------------ */
 
-static void example_client(struct evbuf *e, const struct ev_client *c)
+static void example_client(struct sbuf *e, const struct ev_client *c)
 {
     if (c == NULL)
         return;
@@ -995,7 +963,7 @@ static void example_client(struct evbuf *e, const struct ev_client *c)
 }
 
 /* The key as log_keys wants it. In prefix mode the line's "prefix" says it. */
-static void example_key(struct evbuf *e, struct slice key)
+static void example_key(struct sbuf *e, struct slice key)
 {
     switch (ev.log_keys) {
     case LOG_KEYS_FULL:
@@ -1010,7 +978,7 @@ static void example_key(struct evbuf *e, struct slice key)
         hex64(events_siphash(ev.hash_key, key.p, key.len), hex + 1);
         hex[17] = '"';
         json_name(e, "key_hash");
-        evbuf_add(e, hex, 18);
+        sbuf_add(e, hex, 18);
         break;
     }
     case LOG_KEYS_PREFIX:
@@ -1020,29 +988,29 @@ static void example_key(struct evbuf *e, struct slice key)
 
 /* Several keys: "keys", "key_hashes" or "key_prefixes" (the prefix of the
  * rule each key falls under; "" for the default). */
-static void example_keys(struct evbuf *e, const struct slice *keys, int nkeys)
+static void example_keys(struct sbuf *e, const struct slice *keys, int nkeys)
 {
     static const char *const field[] = { "keys", "key_hashes", "key_prefixes" };
     if (nkeys <= 0)
         return;
-    evbuf_printf(e, ",\"%s\":[", field[ev.log_keys]);
+    sbuf_printf(e, ",\"%s\":[", field[ev.log_keys]);
     int n = nkeys < EV_UKEYS_MAX ? nkeys : EV_UKEYS_MAX;
     for (int i = 0; i < n; i++) {
         struct slice k = keys[i];
         if (i > 0)
-            evbuf_add(e, ",", 1);
+            sbuf_add(e, ",", 1);
         if (ev.log_keys == LOG_KEYS_FULL) {
             evbuf_json_str(e, k.p, k.len < EV_KEY_MAX ? k.len : EV_KEY_MAX);
         } else if (ev.log_keys == LOG_KEYS_HASH) {
             char hex[17];
             hex64(events_siphash(ev.hash_key, k.p, k.len), hex);
-            evbuf_printf(e, "\"%s\"", hex);
+            sbuf_printf(e, "\"%s\"", hex);
         } else {
             const struct rule *r = rules_match(&ev.cfg->rules, k.p, k.len);
             evbuf_json_str(e, r->prefix, r->prefix_len);
         }
     }
-    evbuf_add(e, "]", 1);
+    sbuf_add(e, "]", 1);
     if (nkeys > n)
         json_member_u64(e, "nkeys", (uint64_t)nkeys);
 }
@@ -1182,17 +1150,17 @@ void events_unverified(struct slice cmd, const char *detail, const struct ev_cli
 
 /* ---- lifecycle and rare events ----------------------------------------------------------------- */
 
-static void log_opened_line(struct evbuf *b)
+static void log_opened_line(struct sbuf *b)
 {
     ts_append(b);
-    evbuf_printf(b, ",\"event\":\"%s\",\"version\":\"%s\",\"pid\":%d,\"log_keys\":\"%s\"",
+    sbuf_printf(b, ",\"event\":\"%s\",\"version\":\"%s\",\"pid\":%d,\"log_keys\":\"%s\"",
                  event_name(EVN_LOG_OPENED), TTLG_VERSION, (int)getpid(), log_keys_name(ev.log_keys));
     if (ev.log_keys == LOG_KEYS_HASH)
-        evbuf_printf(b, ",\"hash_id\":\"%s\"", ev.hash_id);
+        sbuf_printf(b, ",\"hash_id\":\"%s\"", ev.hash_id);
     json_member_u64(b, "event_window", ev.window_ms / 1000);
     if (ev.cfg != NULL && ev.cfg->path != NULL)
         json_member_str(b, "config", ev.cfg->path);
-    evbuf_add(b, "}\n", 2);
+    sbuf_add(b, "}\n", 2);
 }
 
 static void registrations(void)
@@ -1200,8 +1168,8 @@ static void registrations(void)
     const struct ruleset *rs = &ev.cfg->rules;
     for (size_t i = 0; i <= rs->n; i++) {
         const struct rule *r = i < rs->n ? &rs->v[i] : &rs->dflt;
-        struct evbuf *b = line_begin(EVN_REGISTRATION);
-        evbuf_add(b, ",", 1);
+        struct sbuf *b = line_begin(EVN_REGISTRATION);
+        sbuf_add(b, ",", 1);
         events_rule_json(b, r);
         line_end(b);
     }
@@ -1249,7 +1217,7 @@ int events_init(uv_loop_t *loop, const struct config *cfg, char *err, size_t err
     ev.handles = 1;
 
     if (ev.on) {
-        struct evbuf *b = &ev.w.out[ev.w.cur];
+        struct sbuf *b = &ev.w.out[ev.w.cur];
         log_opened_line(b);
         ev.w.lines[ev.w.cur]++;
         registrations();
@@ -1265,7 +1233,7 @@ void events_reconfigure(const struct config *cfg)
 
     if (cfg->events == NULL && ev.on) {
         /* The last line of the log says why it ends. */
-        struct evbuf *b = line_begin(EVN_CONFIG_RELOADED);
+        struct sbuf *b = line_begin(EVN_CONFIG_RELOADED);
         json_member_str(b, "config", cfg->path ? cfg->path : "");
         evbuf_adds(b, ",\"events\":null");
         line_end(b);
@@ -1275,7 +1243,7 @@ void events_reconfigure(const struct config *cfg)
     if (!ev.on)
         return;
     registrations();
-    struct evbuf *b = line_begin(EVN_CONFIG_RELOADED);
+    struct sbuf *b = line_begin(EVN_CONFIG_RELOADED);
     json_member_str(b, "config", cfg->path ? cfg->path : "");
     json_member_u64(b, "rules", cfg->rules.n + 1);
     line_end(b);
@@ -1286,7 +1254,7 @@ void events_config_rejected(const char *path, const char *reason)
     ev.counters.config_rejected++;
     if (!ev.on)
         return;
-    struct evbuf *b = line_begin(EVN_CONFIG_REJECTED);
+    struct sbuf *b = line_begin(EVN_CONFIG_REJECTED);
     json_member_str(b, "config", path ? path : "");
     json_member_str(b, "reason", reason);
     line_end(b);
@@ -1296,7 +1264,7 @@ void events_watch_gap(uint64_t gap_ms, uint64_t missed)
 {
     if (!ev.on)
         return;
-    struct evbuf *b = line_begin(EVN_WATCH_GAP);
+    struct sbuf *b = line_begin(EVN_WATCH_GAP);
     json_member_u64(b, "gap_ms", gap_ms);
     json_member_u64(b, "missed_checks", missed);
     json_member_str(b, "message", "keyspace notifications were not received for gap_ms: keys "
@@ -1309,10 +1277,10 @@ void events_members(enum event_name e, const char *members, size_t len)
 {
     if (!ev.on)
         return;
-    struct evbuf *b = line_begin(e);
+    struct sbuf *b = line_begin(e);
     if (len > 0) {
-        evbuf_add(b, ",", 1);
-        evbuf_add(b, members, len);
+        sbuf_add(b, ",", 1);
+        sbuf_add(b, members, len);
     }
     line_end(b);
 }
@@ -1330,22 +1298,22 @@ void events_backend_policy(const struct config *cfg, const char *policy, const c
         ttl++;
 
     const char *level = "ok";
-    struct evbuf msg = { 0 };
+    struct sbuf msg = { 0 };
     if (policy == NULL) {
         level = "unknown";
-        evbuf_printf(&msg, "cannot read maxmemory-policy (%s): whether keys without a TTL "
+        sbuf_printf(&msg, "cannot read maxmemory-policy (%s): whether keys without a TTL "
                      "can be evicted is unknown", why ? why : "refused");
     } else if (durable > 0 && strncmp(policy, "allkeys-", 8) == 0) {
         level = "warn";
-        evbuf_printf(&msg, "maxmemory-policy %s evicts keys without a TTL too: keys under "
+        sbuf_printf(&msg, "maxmemory-policy %s evicts keys without a TTL too: keys under "
                      "the %zu durable rule%s can be evicted (use noeviction or a volatile-* "
                      "policy)", policy, durable, durable == 1 ? "" : "s");
     } else if (ttl > 0 && strncmp(policy, "volatile-", 9) == 0) {
         level = "note";
-        evbuf_printf(&msg, "maxmemory-policy %s evicts keys with a TTL: a key given a TTL by "
+        sbuf_printf(&msg, "maxmemory-policy %s evicts keys with a TTL: a key given a TTL by "
                      "a ttl rule may be evicted before it expires", policy);
     }
-    evbuf_add(&msg, "", 1);         /* NUL-terminate, also when empty */
+    sbuf_add(&msg, "", 1);         /* NUL-terminate, also when empty */
 
     if (strcmp(level, "warn") == 0)
         log_warn("backend: %s", msg.p);
@@ -1353,7 +1321,7 @@ void events_backend_policy(const struct config *cfg, const char *policy, const c
         log_info("backend: %s", msg.p);
 
     if (ev.on) {
-        struct evbuf *b = line_begin(EVN_BACKEND_POLICY);
+        struct sbuf *b = line_begin(EVN_BACKEND_POLICY);
         if (policy != NULL)
             json_member_str(b, "policy", policy);
         else
@@ -1378,30 +1346,30 @@ void events_backend_server(const struct config *cfg, const struct command_set *s
     server_id_format(id, name, sizeof name);
     command_set_counts(set, &table, &derived, &unjudged);
     const char *level = !from_backend || why != NULL ? "warn" : unjudged > 0 ? "note" : "ok";
-    struct evbuf msg = { 0 };
+    struct sbuf msg = { 0 };
     if (!from_backend)
-        evbuf_printf(&msg, "the backend's name and version are unknown (%s): commands are "
+        sbuf_printf(&msg, "the backend's name and version are unknown (%s): commands are "
                      "judged as Redis 7.0's", why ? why : "not read");
     else if (why != NULL)
-        evbuf_printf(&msg, "%s", why);
+        sbuf_printf(&msg, "%s", why);
     else if (unjudged > 0)
-        evbuf_printf(&msg, "%d command%s outside the table cannot be judged from %s key specs "
+        sbuf_printf(&msg, "%d command%s outside the table cannot be judged from %s key specs "
                      "(rule option unknown decides)", unjudged, unjudged == 1 ? "" : "s",
                      unjudged == 1 ? "its" : "their");
     if (command_set_features(set) & FT_NEWER) {
         char table_note[96];
         command_set_table_note(set, table_note, sizeof table_note);
-        evbuf_printf(&msg, "%s%s is newer than the command table (%s): a write with arguments "
+        sbuf_printf(&msg, "%s%s is newer than the command table (%s): a write with arguments "
                      "the table does not know is protected under rules with unknown = protect "
                      "(the default), else recorded as unverified", msg.len ? "; " : "", name,
                      table_note);
     }
-    evbuf_add(&msg, "", 1);
+    sbuf_add(&msg, "", 1);
 
     log_info("backend: %s, %d commands from the table, %d derived from its key specs%s%s",
              name, table, derived, msg.p[0] ? ": " : "", msg.p);
     if (ev.on) {
-        struct evbuf *b = line_begin(EVN_BACKEND_SERVER);
+        struct sbuf *b = line_begin(EVN_BACKEND_SERVER);
         json_member_str(b, "server", id->kind == SRV_VALKEY ? "valkey" : "redis");
         json_member_str(b, "version", strchr(name, ' ') + 1);
         json_member_str(b, "source", from_backend ? "backend" : "assumed");

@@ -191,17 +191,9 @@ const char *event_name(enum event_name e);
 /* The event called s (case-insensitive), or -1 for a name the log does not have. */
 int event_name_lookup(struct slice s);
 
-/* A growable byte buffer. The owner frees p. */
-struct evbuf {
-    char *p;
-    size_t len, cap;
-};
-
-void evbuf_reserve(struct evbuf *b, size_t more);
-void evbuf_add(struct evbuf *b, const void *p, size_t n);
-void evbuf_adds(struct evbuf *b, const char *s);
-void evbuf_u64(struct evbuf *b, uint64_t v);
-void evbuf_printf(struct evbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Text into a growable byte buffer (util.h's sbuf; sbuf_add, sbuf_printf). */
+void evbuf_adds(struct sbuf *b, const char *s);
+void evbuf_u64(struct sbuf *b, uint64_t v);
 
 /* Append len bytes as a JSON string literal, quotes included. Keys and
  * prefixes are bytes, not text: valid UTF-8 is copied, '"' '\\' \b \f \n \r
@@ -209,10 +201,10 @@ void evbuf_printf(struct evbuf *b, const char *fmt, ...) __attribute__((format(p
  * byte that is not part of valid UTF-8 is \udcXX (XX = the byte, 80..ff: the
  * lone low surrogates of Python's "surrogateescape"), so every byte string
  * round-trips and nothing else decodes to U+DC80..U+DCFF. */
-void evbuf_json_str(struct evbuf *b, const char *p, size_t len);
+void evbuf_json_str(struct sbuf *b, const char *p, size_t len);
 
 /* Append a Prometheus label value: \\, \" and newline escaped. */
-void evbuf_prom_label(struct evbuf *b, const char *s);
+void evbuf_prom_label(struct sbuf *b, const char *s);
 
 /* Length of the valid UTF-8 sequence at p (1 to 4), or 0 when the bytes at p
  * are not one (overlong forms, surrogates and code points above U+10FFFF are
@@ -221,7 +213,7 @@ size_t events_utf8_len(const unsigned char *p, size_t n);
 
 /* The members (no braces) of a rule as a JSON object: kind, rule (label),
  * prefix, then what the kind has (docs/events.md, `registration`). */
-void events_rule_json(struct evbuf *b, const struct rule *r);
+void events_rule_json(struct sbuf *b, const struct rule *r);
 
 /* SipHash-2-4 of len bytes under a 128-bit key: log_keys = hash, and the
  * fold table (keyed, so clients cannot flood one bucket). */

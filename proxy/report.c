@@ -43,8 +43,8 @@ enum jtype { J_NONE, J_STR, J_NUM, J_BOOL, J_NULL, J_ARR, J_OTHER };
 struct jfield {
     char name[32];
     enum jtype type;
-    struct evbuf s;             /* J_STR: decoded bytes; J_ARR: the string items, length-prefixed */
-    struct evbuf objs;          /* J_ARR: the object items, raw text, length-prefixed (obj_next()) */
+    struct sbuf s;             /* J_STR: decoded bytes; J_ARR: the string items, length-prefixed */
+    struct sbuf objs;          /* J_ARR: the object items, raw text, length-prefixed (obj_next()) */
     long long num;
     int nitems;
 };
@@ -85,7 +85,7 @@ static int hex4(const char *p, unsigned *out)
     return 0;
 }
 
-static void put_utf8(struct evbuf *b, unsigned cp)
+static void put_utf8(struct sbuf *b, unsigned cp)
 {
     char u[4];
     size_t n;
@@ -108,11 +108,11 @@ static void put_utf8(struct evbuf *b, unsigned cp)
         u[3] = (char)(0x80 | (cp & 0x3f));
         n = 4;
     }
-    evbuf_add(b, u, n);
+    sbuf_add(b, u, n);
 }
 
 /* A string at in->p (on its opening quote), decoded into out (appended). */
-static int json_string(struct jin *in, struct evbuf *out)
+static int json_string(struct jin *in, struct sbuf *out)
 {
     if (in->p >= in->end || *in->p != '"')
         return -1;
@@ -122,19 +122,19 @@ static int json_string(struct jin *in, struct evbuf *out)
         if (c == '"')
             return 0;
         if (c != '\\') {
-            evbuf_add(out, &c, 1);
+            sbuf_add(out, &c, 1);
             continue;
         }
         if (in->p >= in->end)
             return -1;
         c = *in->p++;
         switch (c) {
-        case '"': case '\\': case '/': evbuf_add(out, &c, 1); break;
-        case 'b': evbuf_add(out, "\b", 1); break;
-        case 'f': evbuf_add(out, "\f", 1); break;
-        case 'n': evbuf_add(out, "\n", 1); break;
-        case 'r': evbuf_add(out, "\r", 1); break;
-        case 't': evbuf_add(out, "\t", 1); break;
+        case '"': case '\\': case '/': sbuf_add(out, &c, 1); break;
+        case 'b': sbuf_add(out, "\b", 1); break;
+        case 'f': sbuf_add(out, "\f", 1); break;
+        case 'n': sbuf_add(out, "\n", 1); break;
+        case 'r': sbuf_add(out, "\r", 1); break;
+        case 't': sbuf_add(out, "\t", 1); break;
         case 'u': {
             unsigned cp, lo;
             if (in->end - in->p < 4 || hex4(in->p, &cp) != 0)
@@ -142,7 +142,7 @@ static int json_string(struct jin *in, struct evbuf *out)
             in->p += 4;
             if (cp >= 0xdc80 && cp <= 0xdcff) {
                 char byte = (char)(cp & 0xff);      /* a raw byte (see events.h) */
-                evbuf_add(out, &byte, 1);
+                sbuf_add(out, &byte, 1);
                 break;
             }
             if (cp >= 0xd800 && cp < 0xdc00 && in->end - in->p >= 6 && in->p[0] == '\\' &&
@@ -164,7 +164,7 @@ static int json_string(struct jin *in, struct evbuf *out)
 static int json_skip(struct jin *in)
 {
     int depth = 0;
-    struct evbuf scratch = { 0 };
+    struct sbuf scratch = { 0 };
     do {
         skip_ws(in);
         if (in->p >= in->end)
@@ -209,8 +209,8 @@ static int json_item_skip(struct jin *in, struct jfield *f)
         return -1;
     if (*start == '{') {
         uint32_t len = (uint32_t)(in->p - start);
-        evbuf_add(&f->objs, &len, sizeof len);
-        evbuf_add(&f->objs, start, len);
+        sbuf_add(&f->objs, &len, sizeof len);
+        sbuf_add(&f->objs, start, len);
     }
     return 0;
 }
@@ -235,14 +235,14 @@ static int json_value(struct jin *in, struct jfield *f)
                 return 0;
             }
             if (in->p < in->end && *in->p == '"') {
-                struct evbuf item = { 0 };
+                struct sbuf item = { 0 };
                 if (json_string(in, &item) != 0) {
                     free(item.p);
                     return -1;
                 }
                 uint32_t len = (uint32_t)item.len;
-                evbuf_add(&f->s, &len, sizeof len);
-                evbuf_add(&f->s, item.p, item.len);
+                sbuf_add(&f->s, &len, sizeof len);
+                sbuf_add(&f->s, item.p, item.len);
                 f->nitems++;
                 free(item.p);
             } else if (json_item_skip(in, f) != 0) {
@@ -311,7 +311,7 @@ static void jobj_free(struct jobj *o)
 static int json_object(const char *line, size_t len, struct jobj *o)
 {
     struct jin in = { line, line + len };
-    struct evbuf name = { 0 };
+    struct sbuf name = { 0 };
     jobj_reset(o);
     skip_ws(&in);
     if (in.p >= in.end || *in.p != '{')
@@ -538,7 +538,7 @@ static void tally_free(struct tally *t)
 
 /* A registered rule, as last registered. */
 struct reg {
-    struct evbuf prefix, label, kind, owner, reason, rebuild, action, refresh;
+    struct sbuf prefix, label, kind, owner, reason, rebuild, action, refresh;
     long long ttl, max_ttl;
 };
 
@@ -570,7 +570,7 @@ struct rstates {
 
 /* A rule of the last audit_pass, for the text report. */
 struct rlast {
-    struct evbuf rule;
+    struct sbuf rule;
     struct rstates st;
 };
 
@@ -615,10 +615,10 @@ struct report {
     uint64_t untimed;           /* violations on lines without a readable ts: not in the chart */
 };
 
-static void set_buf(struct evbuf *b, struct slice s)
+static void set_buf(struct sbuf *b, struct slice s)
 {
     b->len = 0;
-    evbuf_add(b, s.p, s.len);
+    sbuf_add(b, s.p, s.len);
 }
 
 static void registration(struct report *r, const struct jobj *o)
@@ -874,23 +874,23 @@ static void event(struct report *r, const struct jobj *o)
 
 /* Bytes in printable form, appended to b: valid UTF-8 as is, \xHH for the
  * rest and for control bytes, \\ for a backslash. */
-static void printable(struct evbuf *b, struct slice s)
+static void printable(struct sbuf *b, struct slice s)
 {
     const unsigned char *p = (const unsigned char *)s.p;
     char hex[5];
     for (size_t i = 0; i < s.len; i++) {
         unsigned c = p[i];
         if (c == '\\') {
-            evbuf_add(b, "\\\\", 2);
+            sbuf_add(b, "\\\\", 2);
         } else if (c >= 0x20 && c < 0x7f) {
-            evbuf_add(b, p + i, 1);
+            sbuf_add(b, p + i, 1);
         } else if (c >= 0x80 && events_utf8_len(p + i, s.len - i) > 0) {
             size_t n = events_utf8_len(p + i, s.len - i);
-            evbuf_add(b, p + i, n);
+            sbuf_add(b, p + i, n);
             i += n - 1;
         } else {
             snprintf(hex, sizeof hex, "\\x%02x", c);
-            evbuf_add(b, hex, 4);
+            sbuf_add(b, hex, 4);
         }
     }
 }
@@ -898,14 +898,14 @@ static void printable(struct evbuf *b, struct slice s)
 /* The same for a terminal. */
 static void show(struct slice s)
 {
-    struct evbuf b = { 0 };
+    struct sbuf b = { 0 };
     printable(&b, s);
     if (b.len > 0)
         fwrite(b.p, 1, b.len, stdout);
     free(b.p);
 }
 
-static void show_str(const struct evbuf *b)
+static void show_str(const struct sbuf *b)
 {
     show((struct slice){ b->p ? b->p : "", b->len });
 }
@@ -1153,7 +1153,7 @@ static void print_report(struct report *r, int nfiles, size_t top)
 #define PAGE_SERIES 8           /* (rule, action) series over time; the rest is "other" */
 #define PAGE_BUCKETS 48         /* time buckets at most */
 
-static struct slice buf_slice(const struct evbuf *b)
+static struct slice buf_slice(const struct sbuf *b)
 {
     return (struct slice){ b->p ? b->p : "", b->len };
 }
@@ -1162,11 +1162,11 @@ static struct slice buf_slice(const struct evbuf *b)
  * between pre and post. */
 static char *printable_dup(const char *pre, struct slice s, const char *post)
 {
-    struct evbuf b = { 0 };
+    struct sbuf b = { 0 };
     evbuf_adds(&b, pre);
     printable(&b, s);
     evbuf_adds(&b, post);
-    evbuf_add(&b, "", 1);
+    sbuf_add(&b, "", 1);
     return b.p;
 }
 
@@ -1276,12 +1276,12 @@ static size_t series_names(const struct tally *t, int nparts, char **names)
     for (size_t i = 0; i < n; i++) {
         v[i]->tag = i < PAGE_SERIES ? i : PAGE_SERIES;
         if (i < PAGE_SERIES) {
-            struct evbuf b = { 0 };
+            struct sbuf b = { 0 };
             for (int p = 0; p < nparts; p++) {
                 evbuf_adds(&b, p ? " \xc2\xb7 " : "");       /* U+00B7 */
                 printable(&b, v[i]->part[p]);
             }
-            evbuf_add(&b, "", 1);
+            sbuf_add(&b, "", 1);
             names[i] = b.p;
         }
     }

@@ -381,10 +381,10 @@ static void followed(void)
     sn.last_follow_us = us;
     log_warn("sentinel: primary of %s moved from %s to %s (%s), followed in %.1f ms",
              sn.ctx->cfg->sentinel_master, a, sn.primary_name, sn.source, us / 1000.0);
-    struct evbuf e = { 0 };
+    struct sbuf e = { 0 };
     evbuf_adds(&e, "\"master\":");
     evbuf_json_str(&e, sn.ctx->cfg->sentinel_master, strlen(sn.ctx->cfg->sentinel_master));
-    evbuf_printf(&e, ",\"from\":\"%s\",\"to\":\"%s\",\"source\":\"%s\",\"follow_ms\":%.3f",
+    sbuf_printf(&e, ",\"from\":\"%s\",\"to\":\"%s\",\"source\":\"%s\",\"follow_ms\":%.3f",
                  a, sn.primary_name, sn.source, us / 1000.0);
     events_members(EVN_SENTINEL_SWITCH, e.p, e.len);
     free(e.p);
@@ -507,8 +507,8 @@ static void answers_again(struct link *l)
         return;
     sn.unreachable = 0;
     log_info("sentinel %s answers again", l->b.t->name);
-    struct evbuf e = { 0 };
-    evbuf_printf(&e, "\"sentinel\":\"%s\",\"primary\":\"%s\"", l->b.t->name, sn.primary_name);
+    struct sbuf e = { 0 };
+    sbuf_printf(&e, "\"sentinel\":\"%s\",\"primary\":\"%s\"", l->b.t->name, sn.primary_name);
     events_members(EVN_SENTINEL_REACHABLE, e.p, e.len);
     free(e.p);
 }
@@ -553,8 +553,8 @@ static void round_end(void)
         sn.unreachable = 1;
         log_warn("sentinel: no Sentinel answered: keeping primary %s while it answers ROLE "
                  "as master", sn.primary_name);
-        struct evbuf e = { 0 };
-        evbuf_printf(&e, "\"primary\":\"%s\"", sn.primary_name);
+        struct sbuf e = { 0 };
+        sbuf_printf(&e, "\"primary\":\"%s\"", sn.primary_name);
         events_members(EVN_SENTINEL_UNREACHABLE, e.p, e.len);
         free(e.p);
     }
@@ -676,7 +676,7 @@ void sentinel_free(void)
     sn.user = sn.pass = NULL;
 }
 
-void sentinel_metrics(struct evbuf *b)
+void sentinel_metrics(struct sbuf *b)
 {
     if (sn.ctx == NULL)
         return;
@@ -684,16 +684,16 @@ void sentinel_metrics(struct evbuf *b)
                "use (confirmed: it answered ROLE as master when last asked).\n"
                "# TYPE ttlguard_sentinel_primary_info gauge\nttlguard_sentinel_primary_info{master=\"");
     evbuf_prom_label(b, sn.ctx->cfg->sentinel_master);
-    evbuf_printf(b, "\",primary=\"%s\",confirmed=\"%s\"} 1\n", sn.primary_name,
+    sbuf_printf(b, "\",primary=\"%s\",confirmed=\"%s\"} 1\n", sn.primary_name,
                  sn.primary_ok ? "yes" : "no");
-    evbuf_printf(b, "# HELP ttlguard_sentinel_reachable 1 while a Sentinel answered the last "
+    sbuf_printf(b, "# HELP ttlguard_sentinel_reachable 1 while a Sentinel answered the last "
                  "round of questions (every 5 s), 0 when none did.\n"
                  "# TYPE ttlguard_sentinel_reachable gauge\nttlguard_sentinel_reachable %d\n",
                  !sn.unreachable);
-    evbuf_printf(b, "# HELP ttlguard_sentinel_switches_total Primary changes followed.\n"
+    sbuf_printf(b, "# HELP ttlguard_sentinel_switches_total Primary changes followed.\n"
                  "# TYPE ttlguard_sentinel_switches_total counter\n"
                  "ttlguard_sentinel_switches_total %llu\n", (unsigned long long)sn.switches);
-    evbuf_printf(b, "# HELP ttlguard_sentinel_follow_seconds From learning of a switch "
+    sbuf_printf(b, "# HELP ttlguard_sentinel_follow_seconds From learning of a switch "
                  "(+promoted-slave, +switch-master, or a Sentinel's answer) to the new primary's "
                  "ROLE saying master: the last switch.\n# TYPE ttlguard_sentinel_follow_seconds gauge\n"
                  "ttlguard_sentinel_follow_seconds %.6f\n", sn.last_follow_us / 1e6);
@@ -720,18 +720,18 @@ const char *sentinel_problem(void)
 
 /* ---- ttlguard as a Sentinel for clients ------------------------------------ */
 
-static void bulk(struct evbuf *b, const char *s)
+static void bulk(struct sbuf *b, const char *s)
 {
-    evbuf_printf(b, "$%zu\r\n%s\r\n", strlen(s), s);
+    sbuf_printf(b, "$%zu\r\n%s\r\n", strlen(s), s);
 }
 
 /* SENTINEL MASTER(S): the one master, at ttlguard's own address. */
-static void master_state(struct evbuf *b, const char *name, const char *host, const char *port)
+static void master_state(struct sbuf *b, const char *name, const char *host, const char *port)
 {
     const char *kv[] = { "name", name, "ip", host, "port", port, "flags", "master",
                          "num-slaves", "0", "num-other-sentinels", "0", "quorum", "1" };
     size_t n = sizeof kv / sizeof kv[0];
-    evbuf_printf(b, "*%zu\r\n", n);
+    sbuf_printf(b, "*%zu\r\n", n);
     for (size_t i = 0; i < n; i++)
         bulk(b, kv[i]);
 }
@@ -744,7 +744,7 @@ static int names_master(const struct request *req, const char *name)
 }
 
 int sentinel_answer(const struct config *cfg, const struct request *req, const char *host,
-                    int port, struct evbuf *out)
+                    int port, struct sbuf *out)
 {
     if (cfg->sentinel == NULL || !slice_eq_nocase(req->argv[0], "SENTINEL"))
         return 0;

@@ -26,7 +26,7 @@
 
 struct config;
 struct loop_ctx;
-struct evbuf;
+struct sbuf;
 struct request;
 
 /* The primary cfg's Sentinels name, its ROLE checked (blocking, bounded by
@@ -67,10 +67,10 @@ void sentinel_free(void);
  * for Sentinel can be pointed at ttlguard.
  * Returns 1 with the reply (RESP2) appended to out; 0: not one. */
 int sentinel_answer(const struct config *cfg, const struct request *req, const char *host,
-                    int port, struct evbuf *out);
+                    int port, struct sbuf *out);
 
 /* /metrics families, and the /healthz line ("" when there is nothing to say). */
-void sentinel_metrics(struct evbuf *b);
+void sentinel_metrics(struct sbuf *b);
 const char *sentinel_problem(void);
 
 #endif

@@ -1046,7 +1046,7 @@ static int client_reached(const struct session *s, char *host, size_t hostlen)
 static int answer_sentinel(struct session *s, const struct request *req)
 {
     char host[256] = "";
-    struct evbuf out = { 0 };
+    struct sbuf out = { 0 };
     if (s->ctx->cfg->sentinel == NULL ||
         !sentinel_answer(s->ctx->cfg, req, host, client_reached(s, host, sizeof host), &out))
         return 0;

@@ -17,9 +17,9 @@
 
 static char *json(const char *p, size_t len)
 {
-    struct evbuf b = { 0 };
+    struct sbuf b = { 0 };
     evbuf_json_str(&b, p, len);
-    evbuf_add(&b, "", 1);
+    sbuf_add(&b, "", 1);
     return b.p;
 }
 
@@ -210,9 +210,9 @@ Test(json, rule_members)
                       .action = ACTION_REJECT, .ttl = 60, .max_ttl = 600, .line = 7 };
     rules_add(&rs, &r);
     cr_assert_eq(rules_finish(&rs, err, sizeof err), 0);
-    struct evbuf b = { 0 };
+    struct sbuf b = { 0 };
     events_rule_json(&b, &rs.v[0]);
-    evbuf_add(&b, "", 1);
+    sbuf_add(&b, "", 1);
     cr_assert_str_eq(b.p, "\"kind\":\"ttl\",\"rule\":\"ttl \\\"s\\\\x01:\\\"\",\"prefix\":\"s\\u0001:\","
                           "\"action\":\"reject\",\"ttl\":60,\"refresh\":\"allow\",\"max_ttl\":600,"
                           "\"line\":7");
