@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "control.h"
 #include "identify.h"
 #include "login.h"
@@ -182,6 +183,26 @@ static struct session **clients_of(struct session *s, int *n)
     return v;
 }
 
+#define ERR_ID_RANGE "-ERR client-id should be greater than 0\r\n"
+
+/* Valkey (8.1 on) reads the ids of CLIENT LIST and KILL as a list of
+ * numbers, as far as they go: what follows that is no filter is its syntax
+ * error, and an id below 1 its range error. */
+static int valkey(void)
+{
+    return command_set_server(control_facts()->commands)->kind == SRV_VALKEY;
+}
+
+/* The error for an id argument that is not a client id: Redis's (redis),
+ * or Valkey's. */
+static const char *id_error(struct slice arg, const char *redis)
+{
+    long long id;
+    if (!valkey())
+        return redis;
+    return slice_to_ll(arg, &id) == 0 ? ERR_ID_RANGE : ERR_SYNTAX;
+}
+
 static struct session *client_by_id(struct session *s, long long id)
 {
     for (struct session *c = s->cl->all; c != NULL; c = c->next)
@@ -204,8 +225,8 @@ static void client_list(struct session *s, const struct request *req, const stru
         }
     } else if (req->argc > 3 && slice_eq_nocase(req->argv[2], "id")) {
         for (int i = 3; i < req->argc; i++)
-            if (slice_to_ll(req->argv[i], &id) != 0) {
-                say(s, req, pl, "-ERR Invalid client ID\r\n");
+            if (slice_to_ll(req->argv[i], &id) != 0 || (valkey() && id < 1)) {
+                say(s, req, pl, id_error(req->argv[i], "-ERR Invalid client ID\r\n"));
                 return;
             }
         for (int i = 3; i < req->argc; i++) {
@@ -266,7 +287,7 @@ static const char *kill_options(const struct request *req, struct kill_filter *f
         *quote = v;
         if (slice_eq_nocase(opt, "id")) {
             if (slice_to_ll(v, &f->id) != 0 || f->id < 1)
-                return "-ERR client-id should be greater than 0\r\n";
+                return id_error(v, ERR_ID_RANGE);
         } else if (slice_eq_nocase(opt, "type")) {
             if ((f->type = type_named(v)) == CT_UNKNOWN)
                 return "Unknown client type ";
