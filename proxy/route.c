@@ -1326,8 +1326,9 @@ static int deliver_merged(struct session *s)
     char *out = how == MERGE_SCAN ? scan_reply(&first->scan, mr[0].p, mr[0].n, &len)
                                   : merge_replies(how, mr, n, nkeys, &len);
     free(mr);
+    toc_copy_spans(1);                  /* out is freed before the flush */
     session_reply(s, out, len, 1, out[0], 1);
-    session_flush_client();             /* the client batch points into out */
+    toc_copy_spans(0);
     free(out);
     for (int i = 0; i < n; i++)
         unit_pop(r);
@@ -1349,14 +1350,14 @@ static void deliver(struct session *s)
         }
         size_t off = 0, used = 0;
         struct rec rc;
+        toc_copy_spans(1);              /* the park is given back before the flush */
         while (rec_next(&u->park, &off, &rc) && off <= u->part) {
             session_reply(s, rc.p, rc.n, 1, rc.type, 1);
             used = off;
         }
-        if (used > 0) {
-            session_flush_client();     /* the client batch points into the park */
+        toc_copy_spans(0);
+        if (used > 0)
             unpark(r, u, used);
-        }
         if (u->owed > 0)
             return;
         unit_pop(r);

@@ -45,8 +45,10 @@ static void kill_reply(struct bconn *b, const char *p, size_t n, int done, char 
         return;
     k->answered = done;
     route_reply(k->s, k->unit, b->t, p, n, done, type, start);
-    if (done)
+    if (done) {
+        session_flush_client();         /* closed now: no read_end follows */
         bconn_close(b);
+    }
 }
 
 static void kill_read_end(struct bconn *b)
