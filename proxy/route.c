@@ -395,7 +395,7 @@ static int is_name(const struct request *req, const char *name)
  * connections). The rest that names no key goes to one primary, whose
  * answer is the cluster's: an arity or syntax error, SWAPDB's refusal,
  * FUNCTION LIST of what was loaded on every primary. */
-static int whole_keyspace(const struct request *req)
+static int waits_on_writes(const struct request *req)
 {
     return is_name(req, "wait") || is_name(req, "waitaof");
 }
@@ -482,7 +482,7 @@ static const char *keyless_refusal(const struct request *req)
 {
     if (cluster_word(req))
         return no_cluster;
-    if (whole_keyspace(req))
+    if (waits_on_writes(req))
         return "-ERR ttlguard cluster = route does not support %s yet (it must cover "
                "every primary)\r\n";
     return NULL;
