@@ -30,8 +30,9 @@
 #
 # redis-benchmark 7.0 (-q, no -r) writes and reads the one key "key:__rand_int__" with
 # -t set / -t get and -d SIZE; it takes -d up to 1 GB. Under the rule every SET is
-# rewritten: below 64 KiB held whole (MULTI; SET ... KEEPTTL; EXPIRE key 3600 NX; EXEC),
-# from 64 KiB on streamed inside MULTI with the SET in WRAP_LUA; GET is judged and passed.
+# rewritten as MULTI; SET ... KEEPTTL; EXPIRE key 3600 NX; EXEC: held whole below 64 KiB,
+# from 64 KiB on streamed, the value passing as it arrives (a SET with options after the
+# value would stream with the SET in WRAP_LUA; this one has none); GET is judged and passed.
 # Each round runs every case on every target back to back, a different target first;
 # median of rounds; one request count per case, calibrated on the first target. Before
 # every GET case the key is set to a value of the case's size straight on redis-server.

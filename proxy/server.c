@@ -58,6 +58,7 @@ static void finish_shutdown(struct server *srv)
     if (!srv->shutting_down || srv->clients.nsessions > 0)
         return;
     mux_shutdown();
+    clients_shutdown(&srv->clients);
     control_stop();
     watch_stop();
     audit_bg_stop();

@@ -193,11 +193,89 @@ void toc_copy_spans(int on)
     toc_copying = on;
 }
 
+/* A route session's client gets its replies in one write per loop turn:
+ * its requests went to several nodes, whose replies come in several reads
+ * of the turn (a pipeline over three nodes would be answered in up to three
+ * writes, each waking the client). Copied: the reads' buffers are reused. */
+static void out_write(struct session *s)
+{
+    size_t n = s->out.len;
+    if (n == 0 || s->closing)
+        return;
+    s->out.len = 0;
+    s->ctx->stats.bytes_to_clients += n;
+    if (xport_write(&s->client, s->out.p, n, on_client_written, s) < 0) {
+        session_close(s);
+        return;
+    }
+    if (s->out.cap > 64 * 1024) {       /* give a large reply's memory back */
+        free(s->out.p);
+        s->out = (struct sbuf){ 0 };
+    }
+    if (xport_backlog(&s->client) > s->ctx->cfg->max_buffer)
+        client_read_stop(s);
+    maybe_finish(s);
+}
+
+static void on_out_check(uv_check_t *h)
+{
+    struct clients *cl = h->data;
+    struct session *s = cl->out_list;
+    cl->out_list = NULL;
+    uv_check_stop(h);
+    while (s != NULL) {
+        struct session *next = s->out_next;
+        s->out_queued = 0;
+        out_write(s);
+        s = next;
+    }
+}
+
+static void out_add(struct session *s, const char *p, size_t n)
+{
+    struct clients *cl = s->cl;
+    sbuf_add(&s->out, p, n);
+    if (s->out_queued)
+        return;
+    s->out_queued = 1;
+    s->out_next = cl->out_list;
+    if (cl->out_list == NULL) {
+        if (cl->out_check.loop == NULL) {
+            uv_check_init(s->ctx->loop, &cl->out_check);
+            cl->out_check.data = cl;
+        }
+        uv_check_start(&cl->out_check, on_out_check);
+    }
+    cl->out_list = s;
+}
+
+static void out_forget(struct session *s)
+{
+    for (struct session **pp = &s->cl->out_list; s->out_queued && *pp != NULL;
+         pp = &(*pp)->out_next) {
+        if (*pp == s) {
+            *pp = s->out_next;
+            s->out_queued = 0;
+        }
+    }
+    free(s->out.p);
+}
+
+void clients_shutdown(struct clients *cl)
+{
+    if (cl->out_check.loop != NULL && !uv_is_closing((uv_handle_t *)&cl->out_check))
+        uv_close((uv_handle_t *)&cl->out_check, NULL);
+}
+
 /* Add bytes for s's client (copied, or a span valid until the flush). */
 void toc_add(struct session *s, const char *p, size_t n, int copy)
 {
     if (s->parked) {
         park_add(s, 'R', p, n);
+        return;
+    }
+    if (s->route != NULL) {
+        out_add(s, p, n);
         return;
     }
     if (toc.n > 0 && toc_owner != s)
@@ -333,6 +411,7 @@ static void session_free(struct session *s)
 {
     mux_forget(s);
     route_free(s);
+    out_forget(s);
     if (toc_owner == s) {
         wbatch_reset(&toc);
         toc_owner = NULL;
@@ -405,7 +484,7 @@ void maybe_finish(struct session *s)
         return;
     if (s->q.len > 0 && (s->mode == SM_OWN || s->mode == SM_SHARED))
         return;     /* replies still owed (a protocol error waits its turn) */
-    if (xport_backlog(&s->client) > 0)
+    if (xport_backlog(&s->client) > 0 || s->out.len > 0)
         return;
     s->close_after_flush = 0;
     s->client_sreq.data = s;

@@ -24,6 +24,11 @@ struct clients {
     uint64_t paused_until;           /* monotonic ms: a CLIENT PAUSE seen lasts until then */
     uint64_t last_id;                /* the id the newest session got (CLIENT ID) */
     void (*gone)(struct clients *cl);    /* a session has freed itself */
+    /* cluster = route: sessions with replies gathered this loop turn
+     * (struct session's out), written by out_check once the turn's reads
+     * are done. */
+    struct session *out_list;
+    uv_check_t out_check;            /* initialised on first use: out_check.loop set */
 };
 
 /* Accept a pending connection on listener and start its session; tls: the
@@ -40,6 +45,9 @@ void session_drain(struct session *s);
 
 /* Close now, dropping anything owed. */
 void session_close(struct session *s);
+
+/* Every session is gone: close what the client side still holds open. */
+void clients_shutdown(struct clients *cl);
 
 struct session *session_next(const struct session *s);
 

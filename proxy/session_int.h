@@ -186,6 +186,10 @@ struct session {
     struct sbuf park;               /* cluster: what goes to the client while it waits for a
                                        topology read (park_add()) */
     struct cluster_wait cwait;      /* ...and its place among those waiting */
+    struct sbuf out;                /* cluster = route: replies for the client, written once
+                                       per loop turn (out_add()) */
+    struct session *out_next;       /* ...in cl->out_list */
+    unsigned out_queued:1;          /* ...it is in cl->out_list */
     unsigned parked:1;
     unsigned multi_topo_any:1;      /* ...one of them is a topology command */
     struct sbuf multi_topo;         /* cluster: enum topo_kind of each command queued in the

@@ -152,7 +152,8 @@ int client_login(struct session *s, const struct request *req, struct req_plan *
     const char *refusal = NULL;
     struct login_ctx cx = {
         .users = &s->ctx->cfg->users, .backend = control_login(), .logged_in = s->authed,
-        .replies_pending = s->replied_in_read || xport_backlog(&s->client) > 0,
+        .replies_pending = s->replied_in_read || xport_backlog(&s->client) > 0 ||
+                           s->out.len > 0,
         .cluster = s->ctx->cfg->cluster,
     };
     login_judge(&cx, req, pl->ci, &pl->words, &lg);
