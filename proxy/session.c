@@ -196,7 +196,10 @@ void toc_copy_spans(int on)
 /* A route session's client gets its replies in one write per loop turn:
  * its requests went to several nodes, whose replies come in several reads
  * of the turn (a pipeline over three nodes would be answered in up to three
- * writes, each waking the client). Copied: the reads' buffers are reused. */
+ * writes, each waking the client). Copied: the reads' buffers are reused.
+ * Written by a prepare handle, which runs before the loop waits again:
+ * whatever phase of the turn queued them (a read, a timer, a check, a
+ * close), they are out before the proxy sleeps. */
 static void out_write(struct session *s)
 {
     size_t n = s->out.len;
@@ -217,12 +220,12 @@ static void out_write(struct session *s)
     maybe_finish(s);
 }
 
-static void on_out_check(uv_check_t *h)
+static void on_out_flush(uv_prepare_t *h)
 {
     struct clients *cl = h->data;
     struct session *s = cl->out_list;
     cl->out_list = NULL;
-    uv_check_stop(h);
+    uv_prepare_stop(h);
     while (s != NULL) {
         struct session *next = s->out_next;
         s->out_queued = 0;
@@ -240,11 +243,11 @@ static void out_add(struct session *s, const char *p, size_t n)
     s->out_queued = 1;
     s->out_next = cl->out_list;
     if (cl->out_list == NULL) {
-        if (cl->out_check.loop == NULL) {
-            uv_check_init(s->ctx->loop, &cl->out_check);
-            cl->out_check.data = cl;
+        if (cl->out_flush.loop == NULL) {
+            uv_prepare_init(s->ctx->loop, &cl->out_flush);
+            cl->out_flush.data = cl;
         }
-        uv_check_start(&cl->out_check, on_out_check);
+        uv_prepare_start(&cl->out_flush, on_out_flush);
     }
     cl->out_list = s;
 }
@@ -263,8 +266,8 @@ static void out_forget(struct session *s)
 
 void clients_shutdown(struct clients *cl)
 {
-    if (cl->out_check.loop != NULL && !uv_is_closing((uv_handle_t *)&cl->out_check))
-        uv_close((uv_handle_t *)&cl->out_check, NULL);
+    if (cl->out_flush.loop != NULL && !uv_is_closing((uv_handle_t *)&cl->out_flush))
+        uv_close((uv_handle_t *)&cl->out_flush, NULL);
 }
 
 /* Add bytes for s's client (copied, or a span valid until the flush). */

@@ -25,10 +25,10 @@ struct clients {
     uint64_t last_id;                /* the id the newest session got (CLIENT ID) */
     void (*gone)(struct clients *cl);    /* a session has freed itself */
     /* cluster = route: sessions with replies gathered this loop turn
-     * (struct session's out), written by out_check once the turn's reads
-     * are done. */
+     * (struct session's out), written by out_flush before the loop waits
+     * again. */
     struct session *out_list;
-    uv_check_t out_check;            /* initialised on first use: out_check.loop set */
+    uv_prepare_t out_flush;          /* initialised on first use: out_flush.loop set */
 };
 
 /* Accept a pending connection on listener and start its session; tls: the
