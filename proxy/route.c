@@ -1326,9 +1326,7 @@ static int deliver_merged(struct session *s)
     char *out = how == MERGE_SCAN ? scan_reply(&first->scan, mr[0].p, mr[0].n, &len)
                                   : merge_replies(how, mr, n, nkeys, &len);
     free(mr);
-    toc_copy_spans(1);                  /* out is freed before the flush */
-    session_reply(s, out, len, 1, out[0], 1);
-    toc_copy_spans(0);
+    session_reply(s, out, len, 1, out[0], 1);     /* copied: session.c out_add() */
     free(out);
     for (int i = 0; i < n; i++)
         unit_pop(r);
@@ -1350,12 +1348,10 @@ static void deliver(struct session *s)
         }
         size_t off = 0, used = 0;
         struct rec rc;
-        toc_copy_spans(1);              /* the park is given back before the flush */
         while (rec_next(&u->park, &off, &rc) && off <= u->part) {
             session_reply(s, rc.p, rc.n, 1, rc.type, 1);
             used = off;
         }
-        toc_copy_spans(0);
         if (used > 0)
             unpark(r, u, used);
         if (u->owed > 0)
@@ -1382,7 +1378,6 @@ static void on_topology(struct cluster_wait *w)
             unit_unowned(s, u);
     }
     deliver(s);
-    session_flush_client();
     session_settle(s);
 }
 
@@ -1424,7 +1419,6 @@ void route_lost(struct session *s, uint32_t tag, const struct target *t, int was
         unit_answer(s, u, err);
     }
     deliver(s);
-    session_flush_client();
     session_settle(s);
 }
 

@@ -45,15 +45,12 @@ static void kill_reply(struct bconn *b, const char *p, size_t n, int done, char 
         return;
     k->answered = done;
     route_reply(k->s, k->unit, b->t, p, n, done, type, start);
-    if (done) {
-        session_flush_client();         /* closed now: no read_end follows */
+    if (done)
         bconn_close(b);
-    }
 }
 
 static void kill_read_end(struct bconn *b)
 {
-    session_flush_client();
 }
 
 static void kill_failed(struct bconn *b, const char *why, int was_ready)

@@ -191,7 +191,6 @@ void route_pin_retarget(struct session *s, struct target *t)
 {
     if (s->pin == NULL || s->pin->t == t)
         return;
-    session_flush_client();             /* as route_pin_settle(): read from that connection */
     pin_move(s->pin, t);
 }
 
@@ -232,9 +231,6 @@ void route_pin_settle(struct session *s)
     p->blocking = 0;
     if (held(s))
         return;
-    /* Called while the pin's connection is read: the client batch may
-     * point into the read buffer, which its close leaves unflushed. */
-    session_flush_client();
     pin_close(s);
 }
 

@@ -93,7 +93,6 @@ enum route {
 static struct wbatch tob;   /* to the backend */
 static struct wbatch toc;   /* to the client of toc_owner */
 static struct session *toc_owner;
-static int toc_copying;     /* toc_copy_spans() */
 
 static void client_read_start(struct session *s);
 static void process_input(struct session *s, const char *data, size_t len, int in_ibuf);
@@ -186,11 +185,6 @@ static void flush_all(struct session *s)
     }
     flush_requests(s);
     session_flush_client();
-}
-
-void toc_copy_spans(int on)
-{
-    toc_copying = on;
 }
 
 /* A route session's client gets its replies in one write per loop turn:
@@ -286,7 +280,7 @@ void toc_add(struct session *s, const char *p, size_t n, int copy)
     toc_owner = s;
     if (wbatch_full(&toc, 1))
         session_flush_client();
-    if (copy || toc_copying)
+    if (copy)
         wbatch_add_copy(&toc, p, n);
     else
         wbatch_add(&toc, p, n);

@@ -229,9 +229,6 @@ void q_pop(struct session *s);
 void emit_locals(struct session *s);
 /* Bytes for s's client: copied, or a span valid until the flush. */
 void toc_add(struct session *s, const char *p, size_t n, int copy);
-/* While on, toc_add() copies spans too: their bytes may change before the
- * flush (cluster = route's parked replies, given back once delivered). */
-void toc_copy_spans(int on);
 
 /* Who s is, for an event (c is filled and returned). */
 const struct ev_client *session_client(struct session *s, struct ev_client *c);
